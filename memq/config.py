@@ -1,0 +1,212 @@
+"""Settings: ``memq.toml`` (path in ``MEMQ_CONFIG``) overlaid by the environment.
+
+Every key has a default, so an empty file (or none) is a working configuration. Unknown
+sections and keys are an error that names them: a typo must not silently fall back to a
+default. The environment wins over the file for ``MEMQ_REDIS_URL``, ``MEMQ_DB`` and
+``MEMQ_EMBED_MODEL_DIR``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memq.errors import ConfigError
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+"""Where Redis is when nothing else says."""
+
+DEFAULT_DB_PATH = "data/memq.db"
+"""The SQLite file, relative to the working directory."""
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+"""The embedding model every vector in one database comes from."""
+
+DEFAULT_MODEL_DIR = "models/all-MiniLM-L6-v2"
+"""Where ``memq fetch-model`` assembles the model files."""
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    batch_size: int = 1000
+    block_ms: int = 200
+    reconcile_interval_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_content_bytes: int = 64 * 1024
+    max_payload_bytes: int = 1024 * 1024
+    max_session_id_chars: int = 200
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    working_memory_cap: int = 50
+    max_sessions: int = 1000
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    profile: str = "tri-hybrid"
+    recency_limit: int = 10
+    importance_threshold: float = 0.8
+    importance_limit: int = 5
+    semantic_threshold: float = 0.65
+    semantic_limit: int = 5
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    model_name: str = DEFAULT_MODEL_NAME
+    model_dir: str = DEFAULT_MODEL_DIR
+    dim: int = 384
+    batch_size: int = 64
+    threads: int = 1
+    max_retries: int = 3
+
+
+@dataclass(frozen=True)
+class ConsolidationConfig:
+    interval_hours: float = 6.0
+    min_age_hours: float = 24.0
+    chunk_size: int = 40
+    summary_importance: float = 0.7
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "MEMQ_LLM_API_KEY"
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    tz: str = "UTC"
+    handler: str = ""
+    tasks: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class TerminalConfig:
+    allowed_prefixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    redis_url: str = DEFAULT_REDIS_URL
+    db_path: str = DEFAULT_DB_PATH
+    writer: WriterConfig = field(default_factory=WriterConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
+    consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    terminal: TerminalConfig = field(default_factory=TerminalConfig)
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+
+_T = TypeVar("_T")
+
+
+def _coerce(section: str, key: str, value: Any, default: Any) -> Any:
+    """Check a file value against the type of its default; ints are accepted for floats."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, tuple):
+        ok = isinstance(value, list)
+        value = tuple(value) if ok else value
+    else:
+        ok = isinstance(value, type(default)) and not isinstance(value, bool)
+    if not ok:
+        raise ConfigError(
+            f"[{section}] {key} must be {type(default).__name__}, got {value!r}"
+        )
+    return value
+
+
+def _section(cls: type[_T], name: str, raw: Any) -> _T:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{name}] must be a table")
+    defaults = cls()
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"unknown key(s) in [{name}]: {', '.join(unknown)}")
+    values = {k: _coerce(name, k, v, getattr(defaults, k)) for k, v in raw.items()}
+    return cls(**values)
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "writer": WriterConfig,
+    "limits": LimitsConfig,
+    "memory": MemoryConfig,
+    "retrieval": RetrievalConfig,
+    "embed": EmbedConfig,
+    "consolidation": ConsolidationConfig,
+    "llm": LLMConfig,
+    "scheduler": SchedulerConfig,
+    "terminal": TerminalConfig,
+}
+
+
+def from_mapping(data: dict[str, Any]) -> Config:
+    """Build a :class:`Config` from parsed TOML, rejecting unknown sections and keys."""
+    top = {k: v for k, v in data.items() if k not in _SECTIONS}
+    unknown = sorted(set(top) - {"redis_url", "db_path"})
+    if unknown:
+        raise ConfigError(f"unknown top-level key(s) in memq.toml: {', '.join(unknown)}")
+    values: dict[str, Any] = {
+        k: _coerce("top", k, v, getattr(Config, k)) for k, v in top.items()
+    }
+    for name, cls in _SECTIONS.items():
+        if name in data:
+            values[name] = _section(cls, name, data[name])
+    return Config(**values)
+
+
+def load(path: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None) -> Config:
+    """Read the configuration file (if any), then apply the environment on top."""
+    env = dict(os.environ) if env is None else env
+    path = path or env.get("MEMQ_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        data = _read_toml(Path(path))
+    elif Path("memq.toml").is_file():
+        data = _read_toml(Path("memq.toml"))
+    config = from_mapping(data)
+    return apply_env(config, env)
+
+
+def apply_env(config: Config, env: dict[str, str]) -> Config:
+    changes: dict[str, Any] = {}
+    if env.get("MEMQ_REDIS_URL"):
+        changes["redis_url"] = env["MEMQ_REDIS_URL"]
+    if env.get("MEMQ_DB"):
+        changes["db_path"] = env["MEMQ_DB"]
+    if env.get("MEMQ_EMBED_MODEL_DIR"):
+        changes["embed"] = dataclasses.replace(config.embed, model_dir=env["MEMQ_EMBED_MODEL_DIR"])
+    return config.replace(**changes)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"configuration file not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc

@@ -1,0 +1,1 @@
+"""The only writer of the database, and its read side."""
