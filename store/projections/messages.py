@@ -1,0 +1,121 @@
+"""The ``messages`` projection: conversation turns, their embeddings and failures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import apsw
+import orjson
+
+from memq.errors import InvalidEvent
+from memq.events import Event, EventType
+from store import vectors
+from store.effects import Effects
+
+Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
+
+_INSERT = """
+    INSERT INTO messages (id, session_id, role, content, tool_call_id, tool_name,
+        tool_calls_json, created_at, importance, embedding, embedding_model, embedding_dim,
+        embedding_error, consolidated_at, seq, embedded_seq)
+    VALUES (:id, :session_id, :role, :content, :tool_call_id, :tool_name, :tool_calls_json,
+        :created_at, :importance, :embedding, :embedding_model, :embedding_dim,
+        :embedding_error, :consolidated_at, :seq, :embedded_seq)
+"""
+
+
+def insert_message(cur: apsw.Cursor, row: dict[str, Any], effects: Effects) -> None:
+    """Insert one message row; a message id seen before under another event is refused."""
+    try:
+        cur.execute(_INSERT, row)
+    except apsw.ConstraintError as exc:
+        raise InvalidEvent(f"message {row['id']} already exists") from exc
+    if row["embedding"] is None and row["embedding_error"] is None and row["content"].strip():
+        effects.embed.append((row["id"], row["content"]))
+
+
+def _base_row(event: Event, seq: int) -> dict[str, Any]:
+    p = event.payload
+    tool_calls = p.get("tool_calls")
+    return {
+        "id": p["message_id"],
+        "session_id": event.session_id,
+        "role": p["role"],
+        "content": p["content"],
+        "tool_call_id": p.get("tool_call_id"),
+        "tool_name": p.get("tool_name"),
+        "tool_calls_json": None if tool_calls is None else orjson.dumps(tool_calls).decode(),
+        "created_at": event.created_at,
+        "importance": float(p["importance"]),
+        "embedding": None,
+        "embedding_model": None,
+        "embedding_dim": None,
+        "embedding_error": None,
+        "consolidated_at": None,
+        "seq": seq,
+        "embedded_seq": None,
+    }
+
+
+def apply_appended(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    insert_message(cur, _base_row(event, seq), effects)
+
+
+def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    """A legacy row, carried whole: the embedding keeps its original encoding."""
+    p = event.payload
+    row = _base_row(event, seq)
+    row["created_at"] = p["created_at"]
+    if p.get("tool_calls_json") is not None:
+        row["tool_calls_json"] = p["tool_calls_json"]
+    if p.get("embedding_b64") is not None:
+        row["embedding"] = vectors.blob_from_b64(p["embedding_b64"], p.get("embedding_dim") or 0)
+    elif p.get("embedding_json") is not None:
+        row["embedding"] = p["embedding_json"]
+    if row["embedding"] is not None:
+        row["embedding_dim"] = len(vectors.decode(row["embedding"]))
+        row["embedding_model"] = p.get("embedding_model")
+        row["embedded_seq"] = seq
+    row["embedding_error"] = p.get("embedding_error")
+    row["consolidated_at"] = p.get("consolidated_at")
+    insert_message(cur, row, effects)
+
+
+def apply_embedded(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    p = event.payload
+    blob = vectors.blob_from_b64(p["vector_b64"], p["dim"])
+    # The same model's vector twice (a retried job) changes nothing: no message is
+    # embedded twice. A different model's vector replaces the old one (a re-embedding).
+    cur.execute(
+        """UPDATE messages SET embedding = ?, embedding_model = ?, embedding_dim = ?,
+               embedding_error = NULL, embedded_seq = ?
+           WHERE id = ? AND (embedding IS NULL OR embedding_model IS NOT ?)""",
+        (blob, p["model"], p["dim"], seq, p["message_id"], p["model"]),
+    )
+    if cur.getconnection().changes() == 0:
+        _require_message(cur, p["message_id"])
+
+
+def apply_embedding_failed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    p = event.payload
+    # A failure reported after a success (a slow duplicate job) must not hide the vector.
+    cur.execute(
+        "UPDATE messages SET embedding_error = ? WHERE id = ? AND embedding IS NULL",
+        (p["error"], p["message_id"]),
+    )
+    if cur.getconnection().changes() == 0:
+        _require_message(cur, p["message_id"])
+
+
+def _require_message(cur: apsw.Cursor, message_id: str) -> None:
+    if cur.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchone() is None:
+        raise InvalidEvent(f"unknown message {message_id}")
+
+
+APPLIERS: dict[str, Applier] = {
+    EventType.MESSAGE_APPENDED: apply_appended,
+    EventType.MESSAGE_IMPORTED: apply_imported,
+    EventType.MESSAGE_EMBEDDED: apply_embedded,
+    EventType.MESSAGE_EMBEDDING_FAILED: apply_embedding_failed,
+}

@@ -1,0 +1,64 @@
+"""Events the writer could not apply, set aside with their reason for an operator.
+
+``memq rejected list`` shows them; ``memq rejected replay`` sends the raw entry through the
+inbox again (for example after upgrading a writer that did not know its version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apsw
+
+from memq.errors import NotFound
+
+
+@dataclass(frozen=True)
+class Rejected:
+    id: int
+    stream_id: str
+    raw: bytes
+    reason: str
+    attempts: int
+    rejected_at: str
+    replayed_at: str | None
+
+
+def record(
+    cur: apsw.Cursor, stream_id: str, raw: bytes, reason: str, now: str, replay_of: int | None
+) -> None:
+    """Set an entry aside; a replay that fails again updates its original row."""
+    if replay_of is not None:
+        cur.execute(
+            """UPDATE rejected_events SET reason = ?, attempts = attempts + 1,
+                   rejected_at = ?, replayed_at = NULL WHERE id = ?""",
+            (reason, now, replay_of),
+        )
+        if cur.getconnection().changes():
+            return
+    cur.execute(
+        "INSERT INTO rejected_events (stream_id, raw, reason, rejected_at) VALUES (?, ?, ?, ?)",
+        (stream_id, raw, reason, now),
+    )
+
+
+def mark_replayed(cur: apsw.Cursor, rejected_id: int, now: str) -> None:
+    cur.execute("UPDATE rejected_events SET replayed_at = ? WHERE id = ?", (now, rejected_id))
+
+
+_COLUMNS = "id, stream_id, raw, reason, attempts, rejected_at, replayed_at"
+
+
+def list_rejected(conn: apsw.Connection, *, include_replayed: bool = False) -> list[Rejected]:
+    where = "" if include_replayed else "WHERE replayed_at IS NULL"
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM rejected_events {where} ORDER BY id")
+    return [Rejected(*row) for row in rows]
+
+
+def get(conn: apsw.Connection, rejected_id: int) -> Rejected:
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM rejected_events WHERE id = ?", (rejected_id,)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no rejected event with id {rejected_id}")
+    return Rejected(*row)

@@ -1,0 +1,192 @@
+"""Ordered, recorded migrations. Each is applied together with its record in one transaction.
+
+Append new migrations at the end of :data:`MIGRATIONS`; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import apsw
+
+from memq.clock import now_rfc3339
+from memq.errors import MigrationError
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    apply: Callable[[apsw.Cursor], None]
+
+
+def _event_log(cur: apsw.Cursor) -> None:
+    # A database in the legacy layout has a messages table and no event log: move it
+    # aside so the import migration can turn every row into an event.
+    if _has_table(cur, "messages") and not _has_table(cur, "events"):
+        cur.execute("ALTER TABLE messages RENAME TO legacy_messages")
+    cur.execute(
+        """
+        CREATE TABLE events (
+            seq         INTEGER PRIMARY KEY,
+            event_id    TEXT NOT NULL UNIQUE,
+            type        TEXT NOT NULL,
+            version     INTEGER NOT NULL,
+            session_id  TEXT,
+            created_at  TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            payload     TEXT NOT NULL
+        );
+        CREATE INDEX events_by_type ON events(type, seq);
+
+        CREATE TABLE rejected_events (
+            id          INTEGER PRIMARY KEY,
+            stream_id   TEXT NOT NULL,
+            raw         BLOB NOT NULL,
+            reason      TEXT NOT NULL,
+            attempts    INTEGER NOT NULL DEFAULT 1,
+            rejected_at TEXT NOT NULL,
+            replayed_at TEXT
+        );
+        """
+    )
+
+
+def _projections(cur: apsw.Cursor) -> None:
+    cur.execute(
+        """
+        CREATE TABLE messages (
+            id              TEXT PRIMARY KEY,
+            session_id      TEXT NOT NULL,
+            role            TEXT NOT NULL CHECK (role IN ('user','assistant','tool','system')),
+            content         TEXT NOT NULL,
+            tool_call_id    TEXT,
+            tool_name       TEXT,
+            tool_calls_json TEXT,
+            created_at      TEXT NOT NULL,
+            importance      REAL NOT NULL DEFAULT 0.5,
+            embedding       BLOB,
+            embedding_model TEXT,
+            embedding_dim   INTEGER,
+            embedding_error TEXT,
+            consolidated_at TEXT,
+            seq             INTEGER NOT NULL,
+            embedded_seq    INTEGER
+        );
+        CREATE INDEX messages_by_session ON messages(session_id, created_at, seq);
+        CREATE INDEX messages_by_importance ON messages(session_id, importance);
+        CREATE INDEX messages_by_embedded_seq ON messages(embedded_seq)
+            WHERE embedded_seq IS NOT NULL;
+
+        CREATE TABLE facts (
+            id         INTEGER PRIMARY KEY,
+            category   TEXT NOT NULL,
+            key        TEXT NOT NULL,
+            value      TEXT NOT NULL,
+            source     TEXT NOT NULL CHECK (source IN ('agent','user')),
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            UNIQUE (category, key)
+        );
+
+        CREATE TABLE macros (
+            id                   INTEGER PRIMARY KEY,
+            trigger_tool         TEXT NOT NULL,
+            trigger_args_pattern TEXT NOT NULL,
+            next_tool            TEXT NOT NULL,
+            next_args            TEXT,
+            confidence           REAL NOT NULL DEFAULT 0.0,
+            used_count           INTEGER NOT NULL DEFAULT 0,
+            created_at           TEXT NOT NULL,
+            updated_at           TEXT NOT NULL
+        );
+
+        CREATE TABLE scheduled_tasks (
+            id                TEXT PRIMARY KEY,
+            name              TEXT NOT NULL,
+            cron_expr         TEXT NOT NULL,
+            original_schedule TEXT NOT NULL,
+            prompt            TEXT NOT NULL,
+            source            TEXT NOT NULL CHECK (source IN ('tool','config')),
+            is_oneshot        INTEGER NOT NULL DEFAULT 0,
+            is_paused         INTEGER NOT NULL DEFAULT 0,
+            is_trusted        INTEGER NOT NULL DEFAULT 0,
+            tz                TEXT NOT NULL DEFAULT 'UTC',
+            next_run_at       TEXT,
+            last_run_at       TEXT,
+            created_at        TEXT NOT NULL,
+            updated_at        TEXT NOT NULL
+        );
+
+        CREATE TABLE terminal_allowed_prefixes (
+            prefix     TEXT PRIMARY KEY,
+            created_at TEXT
+        );
+        """
+    )
+
+
+def _import_legacy(cur: apsw.Cursor) -> None:
+    # Imported lazily: the legacy module needs the projection appliers.
+    from store.legacy import import_legacy_messages
+
+    if _has_table(cur, "legacy_messages"):
+        import_legacy_messages(cur)
+
+
+MIGRATIONS: list[Migration] = [
+    Migration("0001_event_log", _event_log),
+    Migration("0002_projections", _projections),
+    Migration("0003_import_legacy_messages", _import_legacy),
+]
+
+PROJECTION_TABLES = ("messages", "facts", "macros", "scheduled_tasks", "terminal_allowed_prefixes")
+"""Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping."""
+
+
+def _has_table(cur: apsw.Cursor, name: str) -> bool:
+    row = cur.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone()
+    return row is not None
+
+
+def applied(conn: apsw.Connection) -> list[str]:
+    """Names of the migrations already applied (read-only)."""
+    if not _has_table(conn.cursor(), "schema_migrations"):
+        return []
+    return [r[0] for r in conn.execute("SELECT name FROM schema_migrations ORDER BY name")]
+
+
+def pending(conn: apsw.Connection) -> list[Migration]:
+    done = set(applied(conn))
+    return [m for m in MIGRATIONS if m.name not in done]
+
+
+def migrate(conn: apsw.Connection) -> list[str]:
+    """Apply every pending migration, each in its own transaction; return their names."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)"
+    )
+    names = []
+    for migration in pending(conn):
+        _apply_one(conn, migration)
+        names.append(migration.name)
+    return names
+
+
+def _apply_one(conn: apsw.Connection, migration: Migration) -> None:
+    cur = conn.cursor()
+    cur.execute("BEGIN IMMEDIATE")
+    try:
+        migration.apply(cur)
+        cur.execute(
+            "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)",
+            (migration.name, now_rfc3339()),
+        )
+    except BaseException as exc:
+        cur.execute("ROLLBACK")
+        if isinstance(exc, apsw.Error):
+            raise MigrationError(f"migration {migration.name} failed: {exc}") from exc
+        raise
+    cur.execute("COMMIT")
