@@ -1,0 +1,203 @@
+"""``MemoryClient``: what an agent imports to record and recall its memory.
+
+Writes are events sent to the writer through Redis and return at once; reads go to the
+SQLite file through a read-only pool. Every argument is validated before anything is
+sent, so a bad call raises :class:`~memq.errors.ValidationError` and sends nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from memq import broker
+from memq import config as config_module
+from memq.clock import normalize_rfc3339, now_rfc3339, uuid7
+from memq.config import Config
+from memq.errors import ValidationError
+from memq.events import ROLES, Event, EventType, check_identifier, check_payload
+from producers.outbox import Outbox
+from store.reader import ReadPool
+
+DEFAULT_IMPORTANCE = {"user": 0.5, "assistant": 0.5, "tool": 0.3, "system": 0.1}
+"""Importance of a message whose caller does not set one, by role."""
+
+
+@dataclass(frozen=True)
+class Message:
+    id: str
+    session_id: str
+    role: str
+    content: str
+    created_at: str
+    importance: float
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_calls: list[Any] | None = None
+
+
+class MemoryClient:
+    """One agent process's handle on memq. Thread-safe for reads; use one per thread to write."""
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        config: Config | None = None,
+    ) -> None:
+        base = config or config_module.load()
+        self.config = base.replace(
+            redis_url=redis_url or base.redis_url, db_path=str(db_path or base.db_path)
+        )
+        self.redis = broker.connect(self.config.redis_url)
+        self.outbox = Outbox(self.redis, self.config.redis_url)
+        self.readers = ReadPool(self.config.db_path)
+
+    @classmethod
+    def from_env(cls) -> MemoryClient:
+        """Settings from ``MEMQ_CONFIG`` / ``memq.toml`` and ``MEMQ_REDIS_URL`` / ``MEMQ_DB``."""
+        return cls(config=config_module.load())
+
+    def close(self) -> None:
+        self.readers.close()
+        self.redis.close()
+
+    def __enter__(self) -> MemoryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ----------------------------------------------------------------------
+
+    def append(
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        *,
+        importance: float | None = None,
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
+        tool_calls: list[Any] | None = None,
+        created_at: datetime | str | None = None,
+    ) -> str:
+        """Record one conversation turn; returns its message id without waiting."""
+        check_identifier("session_id", session_id,
+                         max_chars=self.config.limits.max_session_id_chars)
+        payload = {
+            "message_id": uuid7(),
+            "role": _role(role),
+            "content": _content(content),
+            "importance": _importance(importance, role),
+            "tool_call_id": _optional_text("tool_call_id", tool_call_id),
+            "tool_name": _optional_text("tool_name", tool_name),
+            "tool_calls": _tool_calls(tool_calls),
+        }
+        when = now_rfc3339() if created_at is None else normalize_rfc3339(created_at)
+        self._send(EventType.MESSAGE_APPENDED, payload, session_id=session_id, created_at=when)
+        return str(payload["message_id"])
+
+    def _send(
+        self,
+        etype: str,
+        payload: dict[str, Any],
+        *,
+        session_id: str | None = None,
+        created_at: str | None = None,
+    ) -> str:
+        """Validate with the writer's own rules, then send; returns the event id."""
+        try:
+            check_payload(etype, payload, self.config.limits)
+        except ValidationError as exc:
+            raise ValidationError(str(exc).split(": ", 1)[-1]) from None
+        event = Event(id=uuid7(), type=etype, session_id=session_id,
+                      created_at=created_at or now_rfc3339(), payload=payload)
+        self.outbox.send(event)
+        return event.id
+
+    @contextmanager
+    def batched(self) -> Iterator[MemoryClient]:
+        """Pipeline many writes into few round trips (imports, bulk loads)."""
+        with self.outbox.batched():
+            yield self
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Return once everything this client sent is committed; else :class:`FlushTimeout`."""
+        self.outbox.flush(timeout)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def history(self, session_id: str, limit: int = 50) -> list[Message]:
+        """The last ``limit`` committed messages of a session, oldest first."""
+        check_identifier("session_id", session_id,
+                         max_chars=self.config.limits.max_session_id_chars)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
+            raise ValidationError(f"limit must be an integer from 1 to 10000, got {limit!r}")
+        with self.readers.connection() as conn:
+            rows = conn.execute(
+                f"""SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?
+                    ORDER BY created_at DESC, seq DESC LIMIT ?""",
+                (session_id, limit),
+            ).fetchall()
+        return [message_from_row(row) for row in reversed(rows)]
+
+
+MESSAGE_COLUMNS = (
+    "id, session_id, role, content, created_at, importance, tool_call_id, tool_name, "
+    "tool_calls_json"
+)
+
+
+def message_from_row(row: tuple[Any, ...]) -> Message:
+    mid, session_id, role, content, created_at, importance, call_id, tool_name, calls = row
+    return Message(
+        mid, session_id, role, content, created_at, importance, call_id, tool_name,
+        tool_calls=None if calls is None else orjson.loads(calls),
+    )
+
+
+def _role(role: Any) -> str:
+    if role not in ROLES:
+        raise ValidationError(f"role must be one of {', '.join(sorted(ROLES))}, got {role!r}")
+    return str(role)
+
+
+def _content(content: Any) -> str:
+    if not isinstance(content, str):
+        raise ValidationError(f"content must be a string, got {type(content).__name__}")
+    return content
+
+
+def _importance(importance: Any, role: str) -> float:
+    if importance is None:
+        return DEFAULT_IMPORTANCE.get(role, 0.5)
+    if isinstance(importance, bool) or not isinstance(importance, (int, float)):
+        raise ValidationError(f"importance must be a number, got {type(importance).__name__}")
+    if not math.isfinite(importance) or not 0.0 <= importance <= 1.0:
+        raise ValidationError(f"importance must be between 0.0 and 1.0, got {importance}")
+    return float(importance)
+
+
+def _optional_text(what: str, value: Any) -> str | None:
+    return None if value is None else check_identifier(what, value)
+
+
+def _tool_calls(tool_calls: Any) -> list[Any] | None:
+    if tool_calls is None:
+        return None
+    if not isinstance(tool_calls, list):
+        raise ValidationError(f"tool_calls must be a list, got {type(tool_calls).__name__}")
+    try:
+        orjson.dumps(tool_calls)
+    except TypeError as exc:
+        raise ValidationError(f"tool_calls must be JSON-serialisable: {exc}") from exc
+    return tool_calls
