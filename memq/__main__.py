@@ -1,0 +1,5 @@
+import sys
+
+from memq.cli import main
+
+sys.exit(main())

@@ -1,0 +1,34 @@
+"""``memq writer``: run the single writer until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from typing import Any
+
+from memq import broker, logs
+from memq.cli.common import add_store_options, load_config
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("writer", help="run the single writer of the database")
+    add_store_options(parser)
+    parser.set_defaults(func=run_writer)
+
+
+def run_writer(args: argparse.Namespace) -> int:
+    from store.service import open_writer  # the CLI alone may import the roles
+
+    logs.setup()
+    config = load_config(args)
+    writer = open_writer(config, broker.connect(config.redis_url))
+    stop = threading.Event()
+    # SIGTERM finishes the batch in hand, acknowledges it, and exits 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        writer.run(stop)
+    finally:
+        writer.close()
+    return 0

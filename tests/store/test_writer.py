@@ -1,0 +1,214 @@
+"""The writer: batches, idempotency, rejections, the single-writer lock, SIGTERM, SIGKILL."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import apsw
+import orjson
+import pytest
+import redis
+
+from memq import names
+from memq.clock import now_rfc3339, uuid7
+from memq.config import Config
+from memq.errors import WriterAlreadyRunning
+from memq.events import Event, EventType, encode
+from producers import MemoryClient
+from store import rebuild
+from store.writer import Writer
+from tests.conftest import ROOT, WriterThread, memq_command, start_writer_process
+
+pytestmark = pytest.mark.redis
+
+
+def db(config: Config) -> apsw.Connection:
+    return apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+
+
+def count(config: Config, sql: str) -> int:
+    return int(db(config).execute(sql).fetchall()[0][0])
+
+
+def message_event(session: str = "s1", content: str = "hi") -> Event:
+    return Event(
+        id=uuid7(), type=EventType.MESSAGE_APPENDED, session_id=session,
+        created_at=now_rfc3339(),
+        payload={"message_id": uuid7(), "role": "user", "content": content, "importance": 0.5},
+    )
+
+
+def push(config: Config, *raws: bytes) -> None:
+    client = redis.Redis.from_url(config.redis_url)
+    for raw in raws:
+        client.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
+
+
+def test_appends_are_committed_and_acknowledged(client: MemoryClient, config: Config) -> None:
+    ids = [client.append("s1", "user", f"m{i}") for i in range(50)]
+    client.flush()
+    assert count(config, "SELECT count(*) FROM messages") == 50
+    assert count(config, "SELECT count(*) FROM events") == 50
+    assert [m.id for m in client.history("s1", 100)] == ids
+    assert client.redis.xlen(names.INBOX_STREAM) == 0  # acknowledged entries are deleted
+
+
+def test_redelivered_event_is_a_no_op(client: MemoryClient, config: Config) -> None:
+    raw = encode(message_event())
+    push(config, raw, raw, raw)
+    client.append("s1", "user", "marker")
+    client.flush()
+    assert count(config, "SELECT count(*) FROM messages") == 2
+    assert count(config, "SELECT count(*) FROM rejected_events") == 0
+
+
+BAD_ENTRIES = {
+    "not json": (b"{nope", "not valid JSON"),
+    "invalid utf-8": (b'{"id": "\xff\xfe"}', "not valid JSON"),
+    "not an object": (b"[1, 2]", "must be a JSON object"),
+    "unknown type": (
+        orjson.dumps({"id": "x1", "type": "message.exploded", "v": 1, "session_id": "s",
+                      "created_at": now_rfc3339(), "payload": {}}),
+        "unknown event type 'message.exploded'",
+    ),
+    "unknown version": (
+        encode(Event(**{**message_event().__dict__, "version": 9})),
+        "unsupported version 9",
+    ),
+    "wrong type": (
+        encode(Event(**{**message_event().__dict__,
+                        "payload": {**message_event().payload, "importance": "high"}})),
+        "payload.importance must be a number",
+    ),
+    "oversized content": (
+        encode(message_event(content="x" * (64 * 1024 + 1))),
+        "over the 65536 byte limit",
+    ),
+    "missing session": (
+        encode(Event(**{**message_event().__dict__, "session_id": None})),
+        "session_id must be a string",
+    ),
+    "naive timestamp": (
+        encode(Event(**{**message_event().__dict__, "created_at": "2026-01-01T00:00:00"})),
+        "no time zone offset",
+    ),
+    "NUL in content": (encode(message_event(content="a\x00b")), "NUL character"),
+    "embedding for unknown message": (
+        encode(Event(id=uuid7(), type=EventType.MESSAGE_EMBEDDED, session_id=None,
+                     created_at=now_rfc3339(),
+                     payload={"message_id": "nope", "model": "m", "dim": 1,
+                              "vector_b64": "AACAPw=="})),
+        "unknown message nope",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ENTRIES))
+def test_bad_entry_is_set_aside_and_batch_commits(
+    name: str, client: MemoryClient, config: Config
+) -> None:
+    raw, reason = BAD_ENTRIES[name]
+    before = encode(message_event(content="before"))
+    push(config, before, raw)
+    client.append("s1", "user", "after")
+    client.flush()
+    rows = db(config).execute("SELECT reason, raw FROM rejected_events").fetchall()
+    assert len(rows) == 1
+    assert reason in rows[0][0]
+    assert bytes(rows[0][1]) == raw
+    assert count(config, "SELECT count(*) FROM messages") == 2
+
+
+def test_entry_without_event_field_is_rejected(client: MemoryClient, config: Config) -> None:
+    redis.Redis.from_url(config.redis_url).xadd(names.INBOX_STREAM, {"other": "x"})
+    client.append("s1", "user", "after")
+    client.flush()
+    reasons = [r[0] for r in db(config).execute("SELECT reason FROM rejected_events")]
+    assert reasons == ["entry has no 'event' field"]
+
+
+def test_rejected_event_can_be_replayed(client: MemoryClient, config: Config) -> None:
+    ok = encode(message_event(content="valid after all"))
+    push(config, b"garbage")
+    client.append("s1", "user", "x")
+    client.flush()
+    conn = redis.Redis.from_url(config.redis_url)
+    # Replaying a valid raw entry (as an operator would after fixing it) marks the row.
+    conn.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: ok, names.REPLAY_FIELD: b"1"})
+    client.append("s1", "user", "y")
+    client.flush()
+    row = db(config).execute("SELECT replayed_at FROM rejected_events WHERE id = 1").fetchone()
+    assert row[0] is not None
+    assert count(config, "SELECT count(*) FROM messages") == 3
+
+
+def test_duplicate_message_id_under_new_event_is_rejected(
+    client: MemoryClient, config: Config
+) -> None:
+    first = message_event()
+    second = Event(**{**message_event().__dict__, "payload": first.payload})
+    push(config, encode(first), encode(second))
+    client.append("s1", "user", "x")
+    client.flush()
+    reasons = [r[0] for r in db(config).execute("SELECT reason FROM rejected_events")]
+    assert reasons == [f"message {first.payload['message_id']} already exists"]
+
+
+def test_second_writer_refuses_to_start(writer: WriterThread, config: Config) -> None:
+    with pytest.raises(WriterAlreadyRunning, match="another writer"):
+        Writer.open(config, redis.Redis.from_url(config.redis_url))
+
+
+def test_second_writer_process_exits_with_message(writer: WriterThread, config: Config) -> None:
+    done = subprocess.run(
+        memq_command("writer", "--db", config.db_path, "--redis-url", config.redis_url),
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+    assert done.returncode == 1
+    assert "another writer" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_sigterm_finishes_and_exits_zero(config: Config) -> None:
+    proc = start_writer_process(config)
+    with MemoryClient(config=config) as memory:
+        for i in range(200):
+            memory.append("s1", "user", f"m{i}")
+        memory.flush(60)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+@pytest.mark.slow
+def test_sigkill_during_load_loses_and_duplicates_nothing(config: Config) -> None:
+    total = 20_000
+    proc = start_writer_process(config)
+    with MemoryClient(config=config) as memory:
+        sent = 0
+        for round_ in range(5):
+            with memory.batched():
+                for _ in range(total // 5):
+                    memory.append(f"s{sent % 7}", "user", f"message {sent}")
+                    sent += 1
+            time.sleep(0.05 * round_)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            proc = start_writer_process(config)
+        memory.flush(120)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert count(config, "SELECT count(*) FROM messages") == total
+    assert count(config, "SELECT count(DISTINCT content) FROM messages") == total
+    assert count(config, "SELECT count(*) FROM events") == total
+    assert rebuild.check(config.db_path) == []
+    assert db(config).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_database_and_wal_are_private(client: MemoryClient, config: Config) -> None:
+    client.append("s1", "user", "secret")
+    client.flush()
+    assert Path(config.db_path).stat().st_mode & 0o777 == 0o600
+    assert Path(config.db_path + "-wal").stat().st_mode & 0o777 == 0o600
