@@ -1,0 +1,39 @@
+"""``memq worker embed|consolidate|tasks [--burst]``: run RQ workers for memq's queues."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from memq import broker, logs, names
+from memq.cli.common import add_store_options, load_config
+
+KINDS = {
+    "embed": names.QUEUE_EMBED,
+    "consolidate": names.QUEUE_CONSOLIDATE,
+    "tasks": names.QUEUE_TASKS,
+}
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("worker", help="run a worker for one of memq's queues")
+    parser.add_argument("kind", choices=sorted(KINDS), help="which queue to serve")
+    parser.add_argument("--burst", action="store_true", help="exit once the queue is empty")
+    parser.add_argument("--name", help="worker name shown in rq-dashboard")
+    add_store_options(parser)
+    parser.set_defaults(func=run_worker)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    from workers import context
+    from workers.queues import worker
+
+    logs.setup()
+    config = load_config(args)
+    connection = broker.connect(config.redis_url)
+    context.install(context.WorkerContext(config, connection))
+    with broker.translated(config.redis_url, f"running the {args.kind} worker"):
+        worker([KINDS[args.kind]], connection, name=args.name).work(
+            burst=args.burst, with_scheduler=False
+        )
+    return 0

@@ -1,0 +1,1 @@
+"""Imports every job module so that their functions are registered as runnable jobs."""
