@@ -14,6 +14,7 @@ validate with the same code.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -50,6 +51,8 @@ FACT_SOURCES = frozenset({"agent", "user"})
 TASK_SOURCES = frozenset({"tool", "config"})
 SHORT = 200
 """Length limit, in characters, of identifiers and names."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -308,7 +311,7 @@ def check_identifier(
         raise error(f"{what} must not be empty")
     if len(value) > max_chars:
         raise error(f"{what} is {len(value)} characters, over the {max_chars} limit")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if _CONTROL.search(value):
         raise error(f"{what} contains a control character")
     return value
 
@@ -316,58 +319,66 @@ def check_identifier(
 def check_payload(etype: str, payload: Mapping[str, Any], limits: LimitsConfig) -> None:
     """Validate a payload against its type's schema; raises :class:`InvalidEvent`."""
     fields = SCHEMAS[etype].fields
-    unknown = set(payload) - set(fields)
-    if unknown:
-        raise InvalidEvent(f"{etype}: unknown payload field(s): {', '.join(sorted(unknown))}")
+    for name in payload:
+        if name not in fields:
+            unknown = sorted(set(payload) - set(fields))
+            raise InvalidEvent(f"{etype}: unknown payload field(s): {', '.join(unknown)}")
     for name, spec in fields.items():
-        if name not in payload:
-            if spec.required:
-                raise InvalidEvent(f"{etype}: payload.{name} is missing")
-            continue
-        _check_value(f"{etype}: payload.{name}", payload[name], spec, limits)
+        value = payload.get(name, _MISSING)
+        if value is _MISSING:
+            problem = "is missing" if spec.required else None
+        elif value is None:
+            problem = None if spec.nullable else "must not be null"
+        else:
+            problem = _problem(value, spec, limits)
+        if problem is not None:
+            raise InvalidEvent(f"{etype}: payload.{name} {problem}")
 
 
-def _check_value(where: str, value: Any, spec: Field, limits: LimitsConfig) -> None:
-    if value is None:
-        if not spec.nullable:
-            raise InvalidEvent(f"{where} must not be null")
-        return
+_MISSING = object()
+
+
+def _problem(value: Any, spec: Field, limits: LimitsConfig) -> str | None:
+    """What is wrong with ``value`` (a phrase), or None; no strings built on the good path."""
     kind = (float, int) if spec.kind is float else spec.kind
     if not isinstance(value, kind) or (isinstance(value, bool) and spec.kind is not bool):
-        raise InvalidEvent(f"{where} must be {_kind_name(spec.kind)}, got {type(value).__name__}")
+        return f"must be {_kind_name(spec.kind)}, got {type(value).__name__}"
     if isinstance(value, str):
-        _check_text(where, value, spec, limits)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        _check_number(where, value, spec)
+        return _text_problem(value, spec, limits)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _number_problem(value, spec)
+    return None
 
 
-def _check_text(where: str, value: str, spec: Field, limits: LimitsConfig) -> None:
+def _text_problem(value: str, spec: Field, limits: LimitsConfig) -> str | None:
     if "\x00" in value:
-        raise InvalidEvent(f"{where} contains a NUL character")
+        return "contains a NUL character"
     if spec.max_chars is None:
-        size = len(value.encode("utf-8", "surrogatepass"))
-        if size > limits.max_content_bytes:
-            raise InvalidEvent(
-                f"{where} is {size} bytes, over the {limits.max_content_bytes} byte limit"
-            )
+        # Characters bound bytes from above by 4: only long texts need encoding to count.
+        if len(value) * 4 > limits.max_content_bytes:
+            size = len(value.encode("utf-8", "surrogatepass"))
+            if size > limits.max_content_bytes:
+                return f"is {size} bytes, over the {limits.max_content_bytes} byte limit"
     elif len(value) > spec.max_chars:
-        raise InvalidEvent(f"{where} is {len(value)} characters, over the {spec.max_chars} limit")
+        return f"is {len(value)} characters, over the {spec.max_chars} limit"
     if spec.choices is not None and value not in spec.choices:
-        raise InvalidEvent(f"{where} must be one of {', '.join(sorted(spec.choices))}")
+        return f"must be one of {', '.join(sorted(spec.choices))}"
     if spec.timestamp:
         try:
-            parse_rfc3339(value, what=where)
+            parse_rfc3339(value, what="it")
         except ValidationError as exc:
-            raise InvalidEvent(str(exc)) from exc
+            return f"is not an RFC3339 timestamp with offset ({exc})"
+    return None
 
 
-def _check_number(where: str, value: float, spec: Field) -> None:
+def _number_problem(value: float, spec: Field) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidEvent(f"{where} must be a finite number")
+        return "must be a finite number"
     if spec.low is not None and value < spec.low:
-        raise InvalidEvent(f"{where} must be at least {spec.low}, got {value}")
+        return f"must be at least {spec.low}, got {value}"
     if spec.high is not None and value > spec.high:
-        raise InvalidEvent(f"{where} must be at most {spec.high}, got {value}")
+        return f"must be at most {spec.high}, got {value}"
+    return None
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:

@@ -51,3 +51,33 @@ def read_events(conn: apsw.Connection, *, after_seq: int = 0) -> Iterator[tuple[
             created_at=created_at,
             payload=orjson.loads(payload),
         )
+
+
+def append_events(
+    cur: apsw.Cursor, events: list[Event], recorded_at: str
+) -> list[tuple[int, Event]]:
+    """Insert the events not yet in the log with one statement; return them with positions.
+
+    Positions are assigned here (max + 1, ...), as SQLite would: the writer holds the only
+    write transaction, so nothing can take a position in between.
+    """
+    if not events:
+        return []
+    ids = orjson.dumps([e.id for e in events]).decode()
+    known = {row[0] for row in cur.execute(
+        "SELECT event_id FROM events WHERE event_id IN (SELECT value FROM json_each(?))", (ids,)
+    )}
+    fresh: list[Event] = []
+    for event in events:
+        if event.id not in known:
+            known.add(event.id)  # the same event twice in one batch is applied once
+            fresh.append(event)
+    base = int(cur.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0])  # type: ignore[arg-type]
+    numbered = [(base + i, event) for i, event in enumerate(fresh, start=1)]
+    cur.executemany(
+        """INSERT INTO events (seq, event_id, type, version, session_id, created_at,
+                               recorded_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+        [(seq, e.id, e.type, e.version, e.session_id, e.created_at, recorded_at,
+          orjson.dumps(e.payload).decode()) for seq, e in numbered],
+    )
+    return numbered

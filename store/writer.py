@@ -2,64 +2,54 @@
 
 Order of a batch, and why nothing is lost or duplicated:
 
-1. read up to ``batch_size`` entries through the consumer group (first any still pending
-   from a previous attempt, then new ones);
-2. ``BEGIN IMMEDIATE``; per entry: validate, insert into ``events`` (a known event id is a
-   no-op), apply the projections inside a savepoint; an entry that fails is set aside in
+1. read up to ``batch_size`` entries through the consumer group (at start, first those a
+   previous writer left pending) and validate them;
+2. ``BEGIN IMMEDIATE``; insert the events (an event id already in the log is a no-op) and
+   apply the projections; an entry that cannot be applied is set aside in
    ``rejected_events`` and the rest of the batch goes on;
 3. ``COMMIT``;
-4. acknowledge and delete the entries, and move ``memq:committed`` forward (one MULTI);
+4. acknowledge and delete the entries and move ``memq:committed`` forward (one MULTI);
 5. run the after-commit hooks (enqueue embedding jobs, register task runs).
 
 A crash before 3 rolls back and the entries are delivered again; a crash between 3 and 4
 redelivers entries whose events are already in the log, and re-applying them is a no-op; a
-crash between 4 and 5 is repaired by the reconcile pass at start.
+crash between 4 and 5 is repaired by the reconcile pass at start. A batch that cannot be
+committed (disk full, I/O error) stays in hand, unacknowledged, and is retried with backoff.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 import apsw
 import redis
 
-from memq import names
 from memq.broker import TRANSIENT
 from memq.clock import now_rfc3339
 from memq.config import Config
-from memq.errors import InvalidEvent, StoreError
-from memq.events import Event, decode
+from memq.errors import StoreError
 from memq.logs import log
-from store import rejected, schema
+from store import batch, schema
+from store.batch import BatchResult, Entry
 from store.connection import open_connection
 from store.effects import Effects
+from store.inbox import Inbox, Prefetcher
 from store.lock import WriterLock
-from store.log import append_event
-from store.projections import apply_event
 
 logger = logging.getLogger("memq.writer")
 
-Entry = tuple[bytes, dict[bytes, bytes] | None]
 AfterCommit = Callable[[Effects], None]
 Reconciler = Callable[[], None]
+T = TypeVar("T")
 
 
-@dataclass
-class BatchResult:
-    applied: int = 0
-    duplicates: int = 0
-    rejected: int = 0
-    last_id: str = ""
-    effects: Effects = field(default_factory=Effects)
-
-    @property
-    def size(self) -> int:
-        return self.applied + self.duplicates + self.rejected
+class Stopped(Exception):
+    """The writer was told to stop while waiting out a failure; the batch stays pending."""
 
 
 class Writer:
@@ -69,13 +59,14 @@ class Writer:
         self.config = config
         self.conn = conn
         self.redis = broker
+        self.inbox = Inbox(broker, config)
         self.after_commit: list[AfterCommit] = []
         self.reconcilers: list[Reconciler] = []
         self._lock: WriterLock | None = None
 
     @classmethod
     def open(cls, config: Config, broker: redis.Redis) -> Writer:
-        """Take the writer lock, open and migrate the database, join the consumer group."""
+        """Take the writer lock, open and migrate the database."""
         lock = WriterLock(config.db_path)
         lock.acquire()
         try:
@@ -97,38 +88,54 @@ class Writer:
 
     def run(self, stop: threading.Event) -> None:
         """Process batches until ``stop`` is set; the batch in hand always finishes."""
-        self._ensure_group()
-        self.reconcile()
+        try:
+            self._retry(self.inbox.ensure_group, stop)
+            self.reconcile()
+            self._drain_pending(stop)
+        except Stopped:
+            return
+        prefetcher = Prefetcher(self.inbox, self.config, stop)
+        prefetcher.start()
         next_reconcile = time.monotonic() + self.config.writer.reconcile_interval_s
-        backoff = _Backoff()
+        try:
+            while not stop.is_set():
+                item = prefetcher.get(timeout=0.2)
+                if item is not None:
+                    self.commit(*item, stop=stop)
+                if time.monotonic() >= next_reconcile:
+                    self.reconcile()
+                    next_reconcile = time.monotonic() + self.config.writer.reconcile_interval_s
+        except Stopped:
+            log(logger, "stopped while retrying; the batch stays unacknowledged")
+        finally:
+            stop.set()
+            prefetcher.join()
+
+    def _drain_pending(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            try:
-                self.step()
-                backoff.reset()
-            except TRANSIENT as exc:
-                log(logger, "redis unavailable, retrying", logging.WARNING, error=str(exc))
-                backoff.wait(stop)
-            except redis.exceptions.ResponseError as exc:
-                self._on_response_error(exc, backoff, stop)
-            except StoreError as exc:
-                log(logger, "database write failed; entries stay unacknowledged",
-                    logging.ERROR, error=str(exc))
-                backoff.wait(stop)
-            if time.monotonic() >= next_reconcile:
-                self.reconcile()
-                next_reconcile = time.monotonic() + self.config.writer.reconcile_interval_s
+            entries = self._retry(self.inbox.read_pending, stop)
+            if not entries:
+                return
+            self.commit(entries, batch.decode_entries(entries, self.config.limits), stop=stop)
 
     def step(self) -> BatchResult:
-        """Read one batch, apply it, acknowledge it; an empty read returns an empty result."""
-        entries = self._read()
+        """Read one batch (pending first), commit it; for tests and tools, not the loop."""
+        entries = self.inbox.read_pending() or self.inbox.read_new()
         if not entries:
             return BatchResult()
+        return self.commit(entries, batch.decode_entries(entries, self.config.limits))
+
+    def commit(
+        self, entries: list[Entry], decoded: list[batch.Decoded],
+        stop: threading.Event | None = None,
+    ) -> BatchResult:
+        """Apply, acknowledge and follow up one batch, retrying until done or stopped."""
         started = time.perf_counter()
-        result = self.apply_batch(entries)
+        result = self._retry(lambda: self.apply_batch(decoded, entries[-1][0].decode()), stop)
         apply_ms = (time.perf_counter() - started) * 1000
-        self._acknowledge(entries, result.last_id)
+        self._retry(lambda: self.inbox.acknowledge(entries, result.last_id), stop)
         for hook in self.after_commit:
-            hook(result.effects)
+            self._retry(functools.partial(hook, result.effects), stop)
         log(logger, "batch committed", size=result.size, applied=result.applied,
             duplicates=result.duplicates, rejected=result.rejected,
             apply_ms=round(apply_ms, 2), lag_ms=_lag_ms(entries[0][0]))
@@ -144,134 +151,54 @@ class Writer:
 
     # -- one batch --------------------------------------------------------------------
 
-    def apply_batch(self, entries: list[Entry]) -> BatchResult:
-        """Apply ``entries`` in one transaction; the public method owns it."""
-        result = BatchResult(last_id=entries[-1][0].decode())
-        now = now_rfc3339()
+    def apply_batch(self, decoded: list[batch.Decoded], last_id: str) -> BatchResult:
+        """Apply a decoded batch in one transaction; the public method owns it."""
+        try:
+            return self._in_transaction(batch.apply_fast, decoded, last_id)
+        except batch.RetryCarefully:
+            return self._in_transaction(batch.apply_careful, decoded, last_id)
+
+    def _in_transaction(
+        self, apply: Callable[..., None], decoded: list[batch.Decoded], last_id: str
+    ) -> BatchResult:
+        result = BatchResult(last_id=last_id)
         cur = self.conn.cursor()
         try:
             cur.execute("BEGIN IMMEDIATE")
-            for stream_id, fields in entries:
-                self._apply_entry(cur, stream_id.decode(), fields or {}, now, result)
+            apply(cur, decoded, now_rfc3339(), result)
             cur.execute("COMMIT")
         except apsw.Error as exc:
-            if not self.conn.get_autocommit():
-                cur.execute("ROLLBACK")
-            result.effects.clear()
-            raise StoreError(f"batch of {len(entries)} not committed: {exc}") from exc
+            self._rollback(cur)
+            raise StoreError(f"batch of {len(decoded)} not committed: {exc}") from exc
         except BaseException:
-            if not self.conn.get_autocommit():
-                cur.execute("ROLLBACK")
+            self._rollback(cur)
             raise
         return result
 
-    def _apply_entry(
-        self, cur: apsw.Cursor, stream_id: str, fields: dict[bytes, bytes], now: str,
-        result: BatchResult,
-    ) -> None:
-        raw = fields.get(names.EVENT_FIELD, b"")
-        replay_of = _replay_of(fields)
-        try:
-            if not raw:
-                raise InvalidEvent(f"entry has no {names.EVENT_FIELD.decode()!r} field")
-            event = decode(raw, self.config.limits)
-            applied = self._apply_event(cur, event, now, result.effects)
-        except InvalidEvent as exc:
-            rejected.record(cur, stream_id, raw, str(exc), now, replay_of)
-            result.rejected += 1
-            log(logger, "event rejected", logging.WARNING, stream_id=stream_id, reason=str(exc))
-            return
-        if replay_of is not None:
-            rejected.mark_replayed(cur, replay_of, now)
-        if applied:
-            result.applied += 1
-        else:
-            result.duplicates += 1
+    def _rollback(self, cur: apsw.Cursor) -> None:
+        if not self.conn.get_autocommit():
+            cur.execute("ROLLBACK")
 
-    def _apply_event(self, cur: apsw.Cursor, event: Event, now: str, effects: Effects) -> bool:
-        """Insert and project one event inside a savepoint; False if it was a duplicate."""
-        cur.execute("SAVEPOINT event")
-        mark = (len(effects.embed), set(effects.tasks_changed))
-        try:
-            seq = append_event(cur, event, now)
-            if seq is not None:
-                apply_event(cur, event, seq, effects)
-        except (InvalidEvent, apsw.ConstraintError, apsw.MismatchError) as exc:
-            cur.execute("ROLLBACK TO event")
-            cur.execute("RELEASE event")
-            del effects.embed[mark[0]:]
-            effects.tasks_changed.intersection_update(mark[1])
-            raise InvalidEvent(str(exc)) from exc
-        cur.execute("RELEASE event")
-        return seq is not None
+    def _retry(self, action: Callable[[], T], stop: threading.Event | None) -> T:
+        """Run ``action`` until it succeeds; Redis and disk failures are waited out.
 
-    # -- Redis ------------------------------------------------------------------------
-
-    def _ensure_group(self) -> None:
-        try:
-            # From "0", not "$": entries sent before the first writer ever ran are kept.
-            self.redis.xgroup_create(names.INBOX_STREAM, names.WRITER_GROUP, id="0",
-                                     mkstream=True)
-        except redis.exceptions.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-
-    def _read(self) -> list[Entry]:
-        batch = self.config.writer.batch_size
-        group, consumer = names.WRITER_GROUP, names.WRITER_CONSUMER
-        # Entries delivered before but never acknowledged come first (a crash, a failed
-        # commit); only when none are left do we ask for new ones, blocking briefly.
-        reply: Any = self.redis.xreadgroup(group, consumer, {names.INBOX_STREAM: "0"}, batch)
-        entries = reply[0][1] if reply else []
-        if entries:
-            return list(entries)
-        reply = self.redis.xreadgroup(group, consumer, {names.INBOX_STREAM: ">"}, batch,
-                                      block=self.config.writer.block_ms)
-        return list(reply[0][1]) if reply else []
-
-    def _acknowledge(self, entries: list[Entry], last_id: str) -> None:
-        ids = [stream_id for stream_id, _ in entries]
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.xack(names.INBOX_STREAM, names.WRITER_GROUP, *ids)
-        pipe.xdel(names.INBOX_STREAM, *ids)
-        pipe.set(names.COMMITTED_KEY, last_id)
-        pipe.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
-        pipe.execute()
-
-    def _on_response_error(
-        self, exc: redis.exceptions.ResponseError, backoff: _Backoff, stop: threading.Event
-    ) -> None:
-        if "NOGROUP" in str(exc):
-            # Redis came back without our stream (restarted without persistence).
-            log(logger, "consumer group missing; recreating", logging.WARNING)
-            self._ensure_group()
-            return
-        log(logger, "redis refused a command", logging.ERROR, error=str(exc))
-        backoff.wait(stop)
-
-
-def _replay_of(fields: dict[bytes, bytes]) -> int | None:
-    value = fields.get(names.REPLAY_FIELD)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+        Without a ``stop`` event (tests, tools) the first failure is raised.
+        """
+        delay = 0.1
+        while True:
+            try:
+                return action()
+            except (*TRANSIENT, redis.exceptions.ResponseError, StoreError) as exc:
+                if stop is None:
+                    raise
+                if stop.is_set():
+                    raise Stopped from exc
+                log(logger, "retrying after failure", logging.WARNING,
+                    error=str(exc), retry_in_s=delay)
+                stop.wait(delay)
+                delay = min(5.0, delay * 2)
 
 
 def _lag_ms(stream_id: bytes) -> int:
     sent_ms = int(stream_id.split(b"-", 1)[0])
     return max(0, int(time.time() * 1000) - sent_ms)
-
-
-class _Backoff:
-    """Exponential wait between retries, cut short when the writer is told to stop."""
-
-    def __init__(self, first: float = 0.1, limit: float = 5.0) -> None:
-        self.first, self.limit, self.delay = first, limit, first
-
-    def wait(self, stop: threading.Event) -> None:
-        stop.wait(self.delay)
-        self.delay = min(self.limit, self.delay * 2)
-
-    def reset(self) -> None:
-        self.delay = self.first

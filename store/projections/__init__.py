@@ -11,6 +11,7 @@ the same rows.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import groupby
 
 import apsw
 
@@ -20,10 +21,16 @@ from store.effects import Effects
 from store.projections import messages
 
 Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
+BatchApplier = Callable[[apsw.Cursor, list[tuple[int, Event]], Effects], None]
 
 APPLIERS: dict[str, Applier] = {
     **messages.APPLIERS,
 }
+
+BATCH_APPLIERS: dict[str, BatchApplier] = {
+    **messages.BATCH_APPLIERS,
+}
+"""Optional faster appliers for a run of consecutive events of one type."""
 
 
 def apply_event(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
@@ -31,3 +38,14 @@ def apply_event(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> N
     if applier is None:
         raise InvalidEvent(f"{event.type}: this writer has no projection for it yet")
     applier(cur, event, seq, effects)
+
+
+def apply_events(cur: apsw.Cursor, numbered: list[tuple[int, Event]], effects: Effects) -> None:
+    """Apply events in log order, handing runs of one type to its batch applier if any."""
+    for etype, run in groupby(numbered, key=lambda item: item[1].type):
+        batch_applier = BATCH_APPLIERS.get(etype)
+        if batch_applier is not None:
+            batch_applier(cur, list(run), effects)
+            continue
+        for seq, event in run:
+            apply_event(cur, event, seq, effects)

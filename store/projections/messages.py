@@ -62,6 +62,15 @@ def apply_appended(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
     insert_message(cur, _base_row(event, seq), effects)
 
 
+def apply_appended_many(
+    cur: apsw.Cursor, numbered: list[tuple[int, Event]], effects: Effects
+) -> None:
+    """A run of appends with one statement; a clash raises and the writer goes careful."""
+    rows = [_base_row(event, seq) for seq, event in numbered]
+    cur.executemany(_INSERT, rows)
+    effects.embed.extend((r["id"], r["content"]) for r in rows if r["content"].strip())
+
+
 def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     """A legacy row, carried whole: the embedding keeps its original encoding."""
     p = event.payload
@@ -118,4 +127,8 @@ APPLIERS: dict[str, Applier] = {
     EventType.MESSAGE_IMPORTED: apply_imported,
     EventType.MESSAGE_EMBEDDED: apply_embedded,
     EventType.MESSAGE_EMBEDDING_FAILED: apply_embedding_failed,
+}
+
+BATCH_APPLIERS: dict[str, Callable[[apsw.Cursor, list[tuple[int, Event]], Effects], None]] = {
+    EventType.MESSAGE_APPENDED: apply_appended_many,
 }

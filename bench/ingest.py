@@ -1,0 +1,150 @@
+"""Ingest throughput and commit lag, end to end, against raw apsw in the same run.
+
+    .venv/bin/python bench/ingest.py [--messages 50000] [--rate 1000] [--seconds 10]
+
+1. End to end: a backlog of N messages is sent by the real client into a private Redis
+   while no writer runs; then the real writer (in this process, one thread) drains it.
+   Figure: messages committed per second (client -> Redis -> writer -> SQLite).
+2. Baseline: the same event and message rows inserted with apsw into a fresh database with
+   the same schema and connection policy, in batches of 1,000 (the practical limit).
+3. Commit lag at a steady offered load: the client appends one message at a time at
+   ``--rate`` per second while the writer runs; a watcher polls the commit position every
+   millisecond. Figure: p50/p99 of append -> committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import chat_text, percentile, private_redis, scratch_dir
+from memq import names
+from memq.clock import now_rfc3339, uuid7
+from memq.config import Config
+from producers import MemoryClient
+from producers.outbox import stream_position
+from store import schema
+from store.connection import open_connection
+from store.service import open_writer
+
+
+def end_to_end(config: Config, count: int) -> float:
+    with MemoryClient(config=config) as client:
+        with client.batched():
+            for i in range(count):
+                client.append(f"session-{i % 50}", "user", chat_text(i))
+        writer = open_writer(config, redis.Redis.from_url(config.redis_url))
+        stop = threading.Event()
+        thread = threading.Thread(target=writer.run, args=(stop,))
+        started = time.perf_counter()
+        thread.start()
+        client.flush(timeout=600)
+        elapsed = time.perf_counter() - started
+        stop.set()
+        thread.join()
+        writer.close()
+    return count / elapsed
+
+
+def raw_apsw(path: Path, count: int, batch: int = 1000) -> float:
+    conn = open_connection(path)
+    schema.migrate(conn)
+    rows = [_rows(i) for i in range(count)]
+    started = time.perf_counter()
+    for start in range(0, count, batch):
+        chunk = rows[start:start + batch]
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO events (event_id, type, version, session_id, created_at, recorded_at,"
+            " payload) VALUES (?, 'message.appended', 1, ?, ?, ?, ?)",
+            [r[0] for r in chunk],
+        )
+        conn.executemany(
+            "INSERT INTO messages (id, session_id, role, content, created_at, importance, seq)"
+            " VALUES (?, ?, 'user', ?, ?, 0.5, ?)",
+            [r[1] for r in chunk],
+        )
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return count / elapsed
+
+
+def _rows(i: int) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    message_id, session, now, text = uuid7(), f"session-{i % 50}", now_rfc3339(), chat_text(i)
+    payload = orjson.dumps(
+        {"message_id": message_id, "role": "user", "content": text, "importance": 0.5}
+    ).decode()
+    return (uuid7(), session, now, now, payload), (message_id, session, text, now, i + 1)
+
+
+def commit_lag(config: Config, rate: int, seconds: float) -> list[float]:
+    writer = open_writer(config, redis.Redis.from_url(config.redis_url))
+    stop = threading.Event()
+    thread = threading.Thread(target=writer.run, args=(stop,))
+    thread.start()
+    sent: list[tuple[tuple[int, int], float]] = []
+    committed_at: dict[int, float] = {}
+    watcher = threading.Thread(target=_watch, args=(config, sent, committed_at, stop))
+    watcher.start()
+    with MemoryClient(config=config) as client:
+        interval, start = 1.0 / rate, time.perf_counter()
+        for i in range(int(rate * seconds)):
+            time.sleep(max(0.0, start + i * interval - time.perf_counter()))
+            client.append("lag", "user", chat_text(i))
+            sent.append((client.outbox.last_sent or (0, 0), time.perf_counter()))
+        client.flush(timeout=60)
+    time.sleep(0.05)
+    stop.set()
+    watcher.join()
+    thread.join()
+    writer.close()
+    return [(committed_at[i] - t) * 1000 for i, (_, t) in enumerate(sent) if i in committed_at]
+
+
+def _watch(config: Config, sent: list[tuple[tuple[int, int], float]],
+           committed_at: dict[int, float], stop: threading.Event) -> None:
+    client = redis.Redis.from_url(config.redis_url)
+    next_index = 0
+    while not stop.is_set():
+        value = client.get(names.COMMITTED_KEY)
+        now = time.perf_counter()
+        if value is not None:
+            position = stream_position(value)
+            while next_index < len(sent) and sent[next_index][0] <= position:
+                committed_at[next_index] = now
+                next_index += 1
+        time.sleep(0.001)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    with private_redis() as url, scratch_dir() as tmp:
+        config = Config(redis_url=url, db_path=str(tmp / "e2e.db"))
+        e2e = end_to_end(config, args.messages)
+        raw = raw_apsw(tmp / "raw.db", args.messages)
+        redis.Redis.from_url(url).flushall()
+        lags = commit_lag(config.replace(db_path=str(tmp / "lag.db")), args.rate, args.seconds)
+    print(f"messages:                 {args.messages:,}")
+    print(f"end to end:               {e2e:,.0f} messages/s committed")
+    print(f"raw apsw (batches 1000):  {raw:,.0f} rows/s")
+    print(f"ratio end to end / raw:   {e2e / raw:.2f}")
+    print(f"commit lag at {args.rate}/s for {args.seconds:g}s "
+          f"({len(lags)} messages): p50 {percentile(lags, 50):.1f} ms, "
+          f"p99 {percentile(lags, 99):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

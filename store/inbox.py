@@ -1,0 +1,120 @@
+"""The writer's side of ``memq:inbox``: the consumer group, reading, acknowledging.
+
+A :class:`Prefetcher` reads and validates the next batch in a thread while the writer
+commits the current one: validation is Python work and a commit is mostly SQLite and
+fsync, which run without the GIL, so on two cores the two overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+import redis
+
+from memq import names
+from memq.broker import TRANSIENT
+from memq.clock import now_rfc3339
+from memq.config import Config
+from memq.logs import log
+from store import batch
+from store.batch import Entry
+
+logger = logging.getLogger("memq.writer")
+
+
+class Inbox:
+    def __init__(self, broker: redis.Redis, config: Config) -> None:
+        self.redis = broker
+        self.batch_size = config.writer.batch_size
+        self.block_ms = config.writer.block_ms
+
+    def ensure_group(self) -> None:
+        try:
+            # From "0", not "$": entries sent before the first writer ever ran are kept.
+            self.redis.xgroup_create(names.INBOX_STREAM, names.WRITER_GROUP, id="0",
+                                     mkstream=True)
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def read_pending(self) -> list[Entry]:
+        """Entries delivered to a writer before but never acknowledged (a crash)."""
+        return self._read("0", block_ms=None)
+
+    def read_new(self) -> list[Entry]:
+        return self._read(">", block_ms=self.block_ms)
+
+    def _read(self, start: str, block_ms: int | None) -> list[Entry]:
+        reply: Any = self.redis.xreadgroup(
+            names.WRITER_GROUP, names.WRITER_CONSUMER, {names.INBOX_STREAM: start},
+            self.batch_size, block=block_ms,
+        )
+        if not reply:
+            return []
+        return list(reply[0][1])
+
+    def acknowledge(self, entries: list[Entry], last_id: str) -> None:
+        """Ack and delete the entries and move the commit position, atomically."""
+        ids = [stream_id for stream_id, _ in entries]
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.xack(names.INBOX_STREAM, names.WRITER_GROUP, *ids)
+        pipe.xdel(names.INBOX_STREAM, *ids)
+        pipe.set(names.COMMITTED_KEY, last_id)
+        pipe.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
+        pipe.execute()
+
+
+Prefetched = tuple[list[Entry], list[batch.Decoded]]
+
+
+class Prefetcher(threading.Thread):
+    """Reads and decodes new entries ahead of the writer, at most two batches ahead."""
+
+    def __init__(self, inbox: Inbox, config: Config, stop: threading.Event) -> None:
+        super().__init__(name="memq-inbox-prefetch", daemon=True)
+        self.inbox = inbox
+        self.limits = config.limits
+        self.stop = stop
+        self.ready: queue.Queue[Prefetched] = queue.Queue(maxsize=2)
+
+    def run(self) -> None:
+        delay = 0.1
+        while not self.stop.is_set():
+            try:
+                entries = self.inbox.read_new()
+                delay = 0.1
+            except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
+                self._on_error(exc)
+                self.stop.wait(delay)
+                delay = min(5.0, delay * 2)
+                continue
+            if entries:
+                self._put((entries, batch.decode_entries(entries, self.limits)))
+
+    def _put(self, item: Prefetched) -> None:
+        while not self.stop.is_set():
+            try:
+                self.ready.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def _on_error(self, exc: Exception) -> None:
+        if "NOGROUP" in str(exc):
+            # Redis came back without our stream (restarted without persistence).
+            log(logger, "consumer group missing; recreating", logging.WARNING)
+            try:
+                self.inbox.ensure_group()
+            except (*TRANSIENT, redis.exceptions.ResponseError):
+                pass
+            return
+        log(logger, "redis unavailable, retrying", logging.WARNING, error=str(exc))
+
+    def get(self, timeout: float) -> Prefetched | None:
+        try:
+            return self.ready.get(timeout=timeout)
+        except queue.Empty:
+            return None
