@@ -1,0 +1,98 @@
+"""The event vocabulary: every type validates, and bad events say exactly what is wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from memq.clock import now_rfc3339
+from memq.config import LimitsConfig
+from memq.errors import InvalidEvent
+from memq.events import SCHEMAS, Event, EventType, decode, encode
+
+
+def event(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": "e1", "type": "message.appended", "v": 1, "session_id": "s1",
+        "created_at": now_rfc3339(),
+        "payload": {"message_id": "m1", "role": "user", "content": "hi", "importance": 0.5},
+    }
+    payload = changes.pop("payload", {})
+    base.update(changes)
+    base["payload"] = {**base["payload"], **payload}
+    return base
+
+
+def test_every_declared_type_has_a_schema_and_round_trips() -> None:
+    assert set(SCHEMAS) == {t.value for t in EventType}
+    original = decode(orjson.dumps(event()))
+    assert decode(encode(original)) == original
+
+
+CASES: list[tuple[dict[str, Any], str]] = [
+    (event(type="message.exploded"), "unknown event type 'message.exploded'"),
+    (event(v=2), "unsupported version 2 (this writer knows 1)"),
+    (event(v=0), "v must be a positive integer"),
+    (event(v="1"), "v must be a positive integer"),
+    (event(id=""), "id must not be empty"),
+    (event(id=5), "id must be a string"),
+    (event(id="x" * 201), "id is 201 characters, over the 200 limit"),
+    (event(session_id=None), "session_id must be a string"),
+    (event(session_id="a\nb"), "session_id contains a control character"),
+    (event(created_at="2026-01-01"), "created_at"),
+    (event(extra=1), "unknown event field(s): extra"),
+    (event(payload={"role": "robot"}), "payload.role must be one of"),
+    (event(payload={"importance": 1.5}), "payload.importance must be at most 1.0"),
+    (event(payload={"importance": -0.1}), "payload.importance must be at least 0.0"),
+    (event(payload={"importance": True}), "payload.importance must be a number, got bool"),
+    (event(payload={"content": None}), "payload.content must not be null"),
+    (event(payload={"content": 7}), "payload.content must be a string, got int"),
+    (event(payload={"content": "a\x00b"}), "payload.content contains a NUL character"),
+    (event(payload={"tool_calls": {"a": 1}}), "payload.tool_calls must be a list"),
+    (event(payload={"surprise": 1}), "unknown payload field(s): surprise"),
+    (event(payload={"content": "é" * 40000}), "bytes, over the 65536 byte limit"),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), CASES, ids=[m for _, m in CASES])
+def test_bad_events(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidEvent) as info:
+        decode(orjson.dumps(data))
+    assert message in str(info.value)
+
+
+def test_missing_required_field() -> None:
+    data = event()
+    del data["payload"]["role"]
+    with pytest.raises(InvalidEvent, match=r"payload\.role is missing"):
+        decode(orjson.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"{", "not valid JSON"),
+        (b"[]", "must be a JSON object"),
+        (b'"\xff"', "not valid JSON"),
+        (b"[" * 2000 + b"]" * 2000, "not valid JSON"),
+        (b'{"id": "a\\ud800"}', "not valid JSON"),
+    ],
+)
+def test_undecodable_bytes(raw: bytes, message: str) -> None:
+    with pytest.raises(InvalidEvent, match=message):
+        decode(raw)
+
+
+def test_oversized_event_is_refused_before_parsing() -> None:
+    limits = LimitsConfig(max_payload_bytes=100)
+    with pytest.raises(InvalidEvent, match="over the 100 limit"):
+        decode(orjson.dumps(event(payload={"content": "x" * 200})), limits)
+
+
+def test_encode_refuses_lone_surrogates() -> None:
+    bad = Event(id="e", type="fact.set", session_id=None, created_at=now_rfc3339(),
+                payload={"category": "c", "key": "k", "value": "\ud800", "source": "user"})
+    with pytest.raises(ValueError, match="cannot be encoded as JSON"):
+        encode(bad)

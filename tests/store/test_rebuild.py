@@ -1,0 +1,60 @@
+"""Projections rebuilt from the log equal the live ones; a difference is found."""
+
+from __future__ import annotations
+
+import subprocess
+
+import apsw
+import pytest
+
+from memq.config import Config
+from producers import MemoryClient
+from store import rebuild
+from tests.conftest import ROOT, WriterThread, memq_command
+
+pytestmark = pytest.mark.redis
+
+
+def fill(client: MemoryClient) -> None:
+    for i in range(30):
+        client.append(f"s{i % 3}", "user", f"message {i}", importance=(i % 10) / 10)
+    client.flush()
+
+
+def test_check_passes_on_a_consistent_database(client: MemoryClient, config: Config) -> None:
+    fill(client)
+    assert rebuild.check(config.db_path) == []
+
+
+def test_check_reports_a_tampered_projection(client: MemoryClient, config: Config) -> None:
+    fill(client)
+    conn = apsw.Connection(config.db_path)
+    conn.execute("UPDATE messages SET content = 'tampered' WHERE rowid = 3")
+    conn.close()
+    differences = rebuild.check(config.db_path)
+    assert differences
+    assert differences[0].startswith("messages:")
+    done = subprocess.run(memq_command("rebuild", "--check", "--db", config.db_path),
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 1
+    assert "projections differ from the log" in done.stdout
+
+
+def test_rebuild_repairs_and_refuses_while_writer_runs(
+    client: MemoryClient, config: Config, writer: WriterThread
+) -> None:
+    fill(client)
+    conn = apsw.Connection(config.db_path)
+    conn.execute("DELETE FROM messages WHERE rowid % 2 = 0")
+    conn.close()
+    done = subprocess.run(memq_command("rebuild", "--db", config.db_path),
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 1
+    assert "another writer" in done.stderr
+    writer.stop()
+    assert rebuild.rebuild(config.db_path) == 30
+    assert rebuild.check(config.db_path) == []
+    done = subprocess.run(memq_command("rebuild", "--check", "--db", config.db_path),
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "projections match the log" in done.stdout
