@@ -35,6 +35,7 @@ class WriterConfig:
     batch_size: int = 1000
     block_ms: int = 200
     reconcile_interval_s: float = 60.0
+    stale_after_s: float = 60.0
 
 
 @dataclass(frozen=True)

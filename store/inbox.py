@@ -44,6 +44,19 @@ class Inbox:
         """Entries delivered to a writer before but never acknowledged (a crash)."""
         return self._read("0", block_ms=None)
 
+    def claim_stale(self, min_idle_ms: int = 60_000) -> list[Entry]:
+        """Entries pending for longer than ``min_idle_ms``: delivered but never committed.
+
+        A batch in hand is committed within milliseconds, so an entry idle this long was
+        lost between delivery and commit (for example Redis restarted from an append-only
+        file that did not yet hold its acknowledgement). Claiming is idempotent.
+        """
+        reply: Any = self.redis.xautoclaim(
+            names.INBOX_STREAM, names.WRITER_GROUP, names.WRITER_CONSUMER, min_idle_ms,
+            start_id="0-0", count=self.batch_size,
+        )
+        return [entry for entry in reply[1] if entry and entry[1] is not None]
+
     def read_new(self) -> list[Entry]:
         return self._read(">", block_ms=self.block_ms)
 

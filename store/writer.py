@@ -143,6 +143,12 @@ class Writer:
 
     def reconcile(self) -> None:
         """Repair what a crash between commit and follow-up may have left undone."""
+        try:
+            stale = self.inbox.claim_stale(int(self.config.writer.stale_after_s * 1000))
+            if stale:
+                self.commit(stale, batch.decode_entries(stale, self.config.limits))
+        except (StoreError, *TRANSIENT, redis.exceptions.ResponseError) as exc:
+            log(logger, "reclaiming stale entries failed", logging.WARNING, error=str(exc))
         for reconciler in self.reconcilers:
             try:
                 reconciler()

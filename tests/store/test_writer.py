@@ -14,7 +14,7 @@ import redis
 
 from memq import names
 from memq.clock import now_rfc3339, uuid7
-from memq.config import Config
+from memq.config import Config, WriterConfig
 from memq.errors import WriterAlreadyRunning
 from memq.events import Event, EventType, encode
 from producers import MemoryClient
@@ -212,3 +212,22 @@ def test_database_and_wal_are_private(client: MemoryClient, config: Config) -> N
     client.flush()
     assert Path(config.db_path).stat().st_mode & 0o777 == 0o600
     assert Path(config.db_path + "-wal").stat().st_mode & 0o777 == 0o600
+
+
+def test_stale_pending_entries_are_reclaimed(config: Config) -> None:
+    """An entry delivered but never committed (a lost ack) is applied by the periodic pass."""
+    raw = encode(message_event(content="stuck"))
+    conn = redis.Redis.from_url(config.redis_url)
+    conn.xgroup_create(names.INBOX_STREAM, names.WRITER_GROUP, id="0", mkstream=True)
+    conn.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
+    conn.xreadgroup(names.WRITER_GROUP, names.WRITER_CONSUMER, {names.INBOX_STREAM: ">"})
+    writer = Writer.open(config, conn)
+    try:
+        writer.reconcile()  # idle for less than the default minute: left alone
+        assert count(config, "SELECT count(*) FROM messages") == 0
+        writer.config = config.replace(writer=WriterConfig(stale_after_s=0))
+        writer.reconcile()
+        assert count(config, "SELECT count(*) FROM messages") == 1
+        assert conn.xpending(names.INBOX_STREAM, names.WRITER_GROUP)["pending"] == 0
+    finally:
+        writer.close()
