@@ -40,12 +40,6 @@ def event(etype: str, payload: dict[str, Any], created_at: datetime | str | None
                  payload=payload)
 
 
-def due_task(task_id: str | None = None, **fields: Any) -> Event:
-    """A task.scheduled made 90 s ago for every minute: its first run is already due."""
-    return event(EventType.TASK_SCHEDULED, task_payload(task_id, **fields),
-                 now_utc() - timedelta(seconds=90))
-
-
 def push(broker: redis.Redis, *events: Event | bytes) -> None:
     for item in events:
         raw = item if isinstance(item, bytes) else encode(item)
@@ -94,10 +88,11 @@ def agent_inbox(broker: redis.Redis) -> list[dict[str, str]]:
             for _, fields in broker.xrange(names.AGENT_INBOX_STREAM)]
 
 
-def run_scheduler(broker: redis.Redis) -> list[Any]:
-    """One pass of the real rq-scheduler: move due jobs onto their queues."""
-    scheduler = Scheduler(queue_name=names.QUEUE_TASKS, connection=broker, job_class=JSONJob)
-    return list(scheduler.enqueue_jobs())
+def run_scheduler(broker: redis.Redis) -> set[str]:
+    """One pass of the real rq-scheduler: move due jobs onto their queues; their ids."""
+    before = set(scheduled_jobs(broker))
+    Scheduler(queue_name=names.QUEUE_TASKS, connection=broker, job_class=JSONJob).enqueue_jobs()
+    return before - set(scheduled_jobs(broker))
 
 
 @contextmanager
@@ -113,3 +108,25 @@ def run_tasks_worker(config: Config, broker: redis.Redis) -> None:
     """A real tasks worker in burst mode, in this process."""
     with worker_context(config, broker):
         worker([names.QUEUE_TASKS], broker).work(burst=True, with_scheduler=False)
+
+
+def due_daily(task_id: str | None = None, *, days_ago: int = 0, **fields: Any) -> Event:
+    """A daily task whose run a minute ago is due; made ``days_ago`` days before that.
+
+    Daily, so that once it fired its next run is a day away and a second pass of the
+    scheduler cannot legitimately fire it again within the test.
+    """
+    slot = now_utc().replace(second=0, microsecond=0) - timedelta(minutes=1)
+    created = slot - timedelta(days=days_ago, seconds=30)
+    cron = f"{slot.minute} {slot.hour} * * *"
+    return event(EventType.TASK_SCHEDULED,
+                 task_payload(task_id, cron_expr=cron, schedule=cron, **fields), created)
+
+
+def due_oneshot(task_id: str | None = None, **fields: Any) -> Event:
+    run_at = now_utc() - timedelta(seconds=5)
+    cron = f"{run_at.minute} {run_at.hour} {run_at.day} {run_at.month} *"
+    return event(EventType.TASK_SCHEDULED,
+                 task_payload(task_id, cron_expr=cron, oneshot=True, schedule="in 1 minute",
+                              run_at=to_rfc3339(run_at), **fields),
+                 run_at - timedelta(minutes=1))

@@ -338,6 +338,7 @@ def test_pausing_takes_an_already_queued_run_off_the_queue(
     run_scheduler(broker)
     queue_key = f"rq:queue:{names.QUEUE_TASKS}"
     assert broker.lrange(queue_key, 0, -1) == [job_id.encode()]
+    assert job_data(broker, job_id)[0] == "workers.tasks.run_task"  # still JSON once moved
     change(store, task_id, now_utc(), paused=True)
     assert broker.lrange(queue_key, 0, -1) == []
     assert not broker.exists(Job.key_for(job_id))
