@@ -108,8 +108,8 @@ class TaskRuns:
         # the same: the prompt or trusted flag it carries may be what changed.
         refresh = task_ids is not None
         present: set[str] = set().union(*scheduled.values())
-        missing = [run for run in wanted.values() if refresh or run.job_id not in present]
-        for run in self._not_on_their_way(missing, present):
+        candidates = [run for run in wanted.values() if refresh or run.job_id not in present]
+        for run in self._not_on_their_way(candidates, present):
             self._schedule(run)
             result.scheduled += 1
         return result
