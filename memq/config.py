@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memq.errors import ConfigError
+from memq.schedule import validate_timezone
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 """Where Redis is when nothing else says."""
@@ -92,6 +93,10 @@ class SchedulerConfig:
     tz: str = "UTC"
     handler: str = ""
     tasks: tuple[dict[str, Any], ...] = ()
+    interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_scheduler(self)
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,60 @@ class Config:
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
+
+
+TASK_KEYS: dict[str, type] = {
+    "name": str, "schedule": str, "prompt": str, "oneshot": bool, "trusted": bool, "tz": str,
+}
+"""Keys of a ``[[scheduler.tasks]]`` entry and their types; the first three are required."""
+
+
+def _check_scheduler(section: SchedulerConfig) -> None:
+    """Shape checks only: schedules are parsed at writer start, against the clock then."""
+    _check_tz("[scheduler] tz", section.tz)
+    module, colon, function = section.handler.partition(":")
+    if section.handler and not (colon and module.strip() and function.strip()):
+        raise ConfigError(
+            f"[scheduler] handler must be 'module:function', got {section.handler!r}")
+    if not section.interval_s > 0:
+        raise ConfigError(f"[scheduler] interval_s must be positive, got {section.interval_s}")
+    names: set[str] = set()
+    for number, entry in enumerate(section.tasks, 1):
+        where = _check_task_entry(number, entry)
+        if entry["name"] in names:
+            raise ConfigError(f"{where}: duplicate name; task names must be unique")
+        names.add(entry["name"])
+
+
+def _check_task_entry(number: int, entry: Any) -> str:
+    where = f"[[scheduler.tasks]] entry {number}"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be a table, got {entry!r:.60}")
+    if isinstance(entry.get("name"), str) and entry["name"].strip():
+        where += f" ({entry['name']!r})"
+    unknown = sorted(set(entry) - set(TASK_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(TASK_KEYS)}")
+    for key in ("name", "schedule", "prompt"):
+        if key not in entry:
+            raise ConfigError(f"{where}: missing key {key!r}")
+    for key, kind in TASK_KEYS.items():
+        value = entry.get(key)
+        if key in entry and not isinstance(value, kind):
+            raise ConfigError(f"{where}: {key} must be {kind.__name__}, got {value!r:.60}")
+        if kind is str and key in entry and not str(value).strip():
+            raise ConfigError(f"{where}: {key} must not be empty")
+    if "tz" in entry:
+        _check_tz(f"{where}: tz", entry["tz"])
+    return where
+
+
+def _check_tz(where: str, tz: str) -> None:
+    try:
+        validate_timezone(tz)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 _T = TypeVar("_T")

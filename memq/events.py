@@ -172,7 +172,15 @@ SCHEMAS: dict[str, Schema] = {
         },
     ),
     EventType.TASK_FIRED: Schema(
-        1, {"task_id": Field(str), "fired_at": Field(str, timestamp=True)}
+        1,
+        {
+            "task_id": Field(str),
+            "fired_at": Field(str, timestamp=True),
+            # the run's slot, so a late or early clock cannot make it fire twice
+            "scheduled_for": _opt(str, timestamp=True),
+            # the configured handler's failure; the run still counts as delivered
+            "handler_error": _opt(str, max_chars=4000),
+        },
     ),
     EventType.TASK_DELETED: Schema(1, {"task_id": Field(str)}),
     EventType.PREFIX_ALLOWED: Schema(1, {"prefix": Field(str, max_chars=500)}),

@@ -30,3 +30,21 @@ QUEUE_EMBED = "memq-embed"
 QUEUE_CONSOLIDATE = "memq-consolidate"
 QUEUE_TASKS = "memq-tasks"
 QUEUES = (QUEUE_EMBED, QUEUE_CONSOLIDATE, QUEUE_TASKS)
+
+TASK_JOB_PREFIX = "memq-task_"
+"""rq-scheduler job ids of scheduled task runs: ``memq-task_<task id>_<unix seconds>``."""
+
+TASK_FIRED_PREFIX = "memq:task-fired:"
+"""``memq:task-fired:<task id>:<unix seconds>`` is set when a run is delivered: one per slot."""
+
+TASK_SESSION_PREFIX = "scheduled_"
+"""A scheduled task's prompt reaches the agents under session ``scheduled_<task id>``."""
+
+
+def task_job_id(task_id: str, slot: int) -> str:
+    """The job id of a task's run at ``slot`` (unix seconds): one job per task and run."""
+    return f"{TASK_JOB_PREFIX}{task_id}_{slot}"
+
+
+def task_fired_key(task_id: str, slot: int) -> str:
+    return f"{TASK_FIRED_PREFIX}{task_id}:{slot}"

@@ -1,5 +1,6 @@
 """The library an agent imports: ``from producers import MemoryClient``."""
 
 from producers.client import MemoryClient, Message
+from producers.tasks import Task
 
-__all__ = ["MemoryClient", "Message"]
+__all__ = ["MemoryClient", "Message", "Task"]

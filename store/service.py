@@ -8,6 +8,8 @@ import redis
 
 from memq.config import Config
 from memq.logs import log, redact_url
+from store.config_tasks import sync_config_tasks
+from store.task_runs import TaskRuns
 from store.writer import Writer
 
 logger = logging.getLogger("memq.writer")
@@ -16,5 +18,14 @@ logger = logging.getLogger("memq.writer")
 def open_writer(config: Config, broker: redis.Redis) -> Writer:
     """Open the writer and attach its after-commit hooks and reconcilers."""
     writer = Writer.open(config, broker)
+    try:
+        # Before the first reconcile, which then registers the runs of what changed.
+        sync_config_tasks(writer)
+    except BaseException:
+        writer.close()
+        raise
+    task_runs = TaskRuns(writer.conn, broker)
+    writer.after_commit.append(task_runs.after_commit)
+    writer.reconcilers.append(task_runs.reconcile)
     log(logger, "writer started", db=config.db_path, redis=redact_url(config.redis_url))
     return writer

@@ -155,6 +155,28 @@ class Writer:
             except (StoreError, *TRANSIENT) as exc:
                 log(logger, "reconcile failed", logging.WARNING, error=str(exc))
 
+    def apply_local(self, events: list[Event]) -> Effects:
+        """Apply events the writer makes itself (e.g. from the config file) in one transaction.
+
+        They go straight into the log, not through the inbox: the writer already owns the
+        database, and reading the state and writing its events in one transaction makes a
+        repeated start a no-op. Unlike an inbox entry, an event that cannot be applied
+        raises and nothing is committed. The caller runs any follow-up (the start-up
+        reconcile does).
+        """
+        effects = Effects()
+        now = now_rfc3339()
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            for event in events:
+                self._apply_event(cur, event, now, effects)
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
+        return effects
+
     # -- one batch --------------------------------------------------------------------
 
     def apply_batch(self, decoded: list[batch.Decoded], last_id: str) -> BatchResult:

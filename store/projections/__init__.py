@@ -18,13 +18,14 @@ import apsw
 from memq.errors import InvalidEvent
 from memq.events import Event
 from store.effects import Effects
-from store.projections import messages
+from store.projections import messages, tasks
 
 Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
 BatchApplier = Callable[[apsw.Cursor, list[tuple[int, Event]], Effects], None]
 
 APPLIERS: dict[str, Applier] = {
     **messages.APPLIERS,
+    **tasks.APPLIERS,
 }
 
 BATCH_APPLIERS: dict[str, BatchApplier] = {

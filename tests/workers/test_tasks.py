@@ -1,0 +1,143 @@
+"""run_task: delivery to memq:agent-inbox, task.fired, the handler, and each slot once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from memq import names
+from memq.config import Config, SchedulerConfig
+from memq.errors import ConfigError, ValidationError
+from tests.scheduled import agent_inbox, worker_context
+from tests.workers import task_handlers
+from workers.tasks import load_handler, run_task
+
+pytestmark = pytest.mark.redis
+
+SLOT = "2026-03-09T13:00:00.000000Z"
+
+
+def job(**changes: Any) -> dict[str, Any]:
+    data = {"task_id": "task-1", "name": "standup", "prompt": "post the standup",
+            "trusted": True, "oneshot": False, "paused": False, "scheduled_for": SLOT}
+    data.update(changes)
+    return data
+
+
+@pytest.fixture
+def broker(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture
+def installed(config: Config, broker: redis.Redis) -> Iterator[Config]:
+    with worker_context(config, broker):
+        yield config
+
+
+def with_handler(config: Config, broker: redis.Redis, handler: str) -> Any:
+    return worker_context(config.replace(scheduler=SchedulerConfig(handler=handler)), broker)
+
+
+def fired_events(broker: redis.Redis) -> list[dict[str, Any]]:
+    return [orjson.loads(fields[names.EVENT_FIELD])
+            for _, fields in broker.xrange(names.INBOX_STREAM)]
+
+
+def test_run_delivers_prompt_and_records_fired(installed: Config, broker: redis.Redis) -> None:
+    result = run_task(job())
+    assert result["status"] == "fired"
+    [entry] = agent_inbox(broker)
+    assert entry == {"task_id": "task-1", "session_id": "scheduled_task-1", "name": "standup",
+                     "prompt": "post the standup", "trusted": "true",
+                     "fired_at": result["fired_at"], "scheduled_for": SLOT}
+    [fired] = fired_events(broker)
+    assert (fired["type"], fired["session_id"], fired["created_at"]) == (
+        "task.fired", None, result["fired_at"])
+    assert fired["payload"] == {"task_id": "task-1", "fired_at": result["fired_at"],
+                                "scheduled_for": SLOT}
+
+
+def test_a_slot_is_delivered_once(installed: Config, broker: redis.Redis) -> None:
+    assert run_task(job())["status"] == "fired"
+    again = run_task(job(prompt="a retried copy"))
+    assert again == {"task_id": "task-1", "status": "skipped", "reason": "already delivered"}
+    assert len(agent_inbox(broker)) == 1
+    assert len(fired_events(broker)) == 1
+    # the next slot is a new run
+    assert run_task(job(scheduled_for="2026-03-10T13:00:00Z"))["status"] == "fired"
+    assert len(agent_inbox(broker)) == 2
+
+
+def test_fired_event_id_follows_from_task_and_slot(installed: Config, broker: redis.Redis) -> None:
+    run_task(job())
+    [first] = [e["id"] for e in fired_events(broker)]
+    broker.flushall()  # marker gone: the slot is delivered again, and recorded as the same
+    run_task(job())
+    run_task(job(task_id="task-2"))
+    again, other = [e["id"] for e in fired_events(broker)]
+    assert again == first
+    assert other != first
+
+
+def test_a_paused_task_never_fires(installed: Config, broker: redis.Redis) -> None:
+    result = run_task(job(paused=True))
+    assert result == {"task_id": "task-1", "status": "skipped", "reason": "paused"}
+    assert agent_inbox(broker) == []
+    assert fired_events(broker) == []
+    assert broker.keys(f"{names.TASK_FIRED_PREFIX}*") == []
+
+
+def test_handler_gets_the_delivery(config: Config, broker: redis.Redis) -> None:
+    task_handlers.CALLS.clear()
+    with with_handler(config, broker, "tests.workers.task_handlers:record"):
+        result = run_task(job(trusted=False))
+    calls = task_handlers.CALLS
+    assert calls == [
+        {"task_id": "task-1", "session_id": "scheduled_task-1", "name": "standup",
+         "prompt": "post the standup", "trusted": False, "fired_at": result["fired_at"],
+         "scheduled_for": SLOT},
+    ]
+    assert "handler_error" not in fired_events(broker)[0]["payload"]
+
+
+@pytest.mark.parametrize(("handler", "error"), [
+    ("tests.workers.task_handlers:explode", "RuntimeError: handler broke on standup"),
+    ("tests.workers.task_handlers:missing", "cannot be loaded"),
+    ("tests.workers.no_such_module:f", "No module named 'tests.workers.no_such_module'"),
+    ("tests.workers.task_handlers:NOT_CALLABLE", "is not callable"),
+])
+def test_handler_failure_is_recorded_and_the_run_still_counts(
+    config: Config, broker: redis.Redis, handler: str, error: str
+) -> None:
+    with with_handler(config, broker, handler):
+        result = run_task(job())
+    assert result["status"] == "fired"
+    assert error in result["handler_error"]
+    assert len(agent_inbox(broker)) == 1
+    assert error in fired_events(broker)[0]["payload"]["handler_error"]
+
+
+def test_load_handler_names_the_bad_spec() -> None:
+    with pytest.raises(ConfigError, match=r"handler 'os:nope' cannot be loaded"):
+        load_handler("os:nope")
+    assert load_handler("os.path:join") is not None
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ("task-1", "run_task needs a task object, got str"),
+    ({**job(), "prompt": None}, "task.prompt must be str, got None"),
+    ({**job(), "paused": "no"}, "task.paused must be bool, got 'no'"),
+    ({k: v for k, v in job().items() if k != "task_id"}, "task.task_id must be str"),
+    (job(scheduled_for="soon"), "task.scheduled_for must be an RFC3339 string"),
+])
+def test_malformed_job_data_is_refused(installed: Config, broker: redis.Redis, data: Any,
+                                       message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        run_task(data)
+    assert message in str(caught.value)
+    assert agent_inbox(broker) == []

@@ -1,0 +1,172 @@
+"""``run_task``: deliver a scheduled task's prompt to the agents, and record the run.
+
+The job carries everything it needs (the writer copies it from the task's row when it
+schedules the run); the worker never opens the database. One run:
+
+1. a job that says the task is paused does nothing (the writer also takes the runs of a
+   paused task off the scheduler and the queue; this covers a copy already on its way);
+2. a run whose slot was already delivered does nothing -- the fired marker
+   ``memq:task-fired:<task id>:<slot>`` makes a retried or duplicated job harmless;
+3. the configured handler (``[scheduler] handler = "module:function"``) is called with
+   the delivery; if it raises, the error is logged and carried in ``task.fired``
+   (``handler_error``) and the run still counts: the prompt was delivered, and retrying
+   a whole run for a side hook would deliver it twice;
+4. in one MULTI: the fired marker, the ``memq:agent-inbox`` entry and the ``task.fired``
+   event. Either all three are written or none, so a run is delivered and recorded once
+   per slot; the handler alone may run again if the worker dies between 3 and 4.
+
+The writer then sets ``last_run_at`` and the next run, or deletes a one-shot.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from memq import broker, names
+from memq.clock import now_rfc3339, parse_rfc3339
+from memq.errors import ConfigError, ValidationError
+from memq.events import Event, EventType, encode
+from memq.logs import log
+from workers.context import WorkerContext, current
+from workers.queues import job_function
+
+logger = logging.getLogger("memq.tasks")
+
+FIRED_MARKER_TTL_S = 7 * 24 * 3600
+"""How long a delivered slot is remembered: far longer than a fired event takes to commit."""
+
+_FIRED_NAMESPACE = uuid.UUID("5b0c8f36-2f5e-4d4c-8a51-0d6c2f3e9b27")
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """The data a run job carries."""
+
+    task_id: str
+    name: str
+    prompt: str
+    trusted: bool
+    oneshot: bool
+    paused: bool
+    scheduled_for: str
+
+    @classmethod
+    def from_job(cls, data: Any) -> TaskRun:
+        if not isinstance(data, dict):
+            raise ValidationError(f"run_task needs a task object, got {type(data).__name__}")
+        kinds = {"task_id": str, "name": str, "prompt": str, "trusted": bool,
+                 "oneshot": bool, "paused": bool, "scheduled_for": str}
+        for key, kind in kinds.items():
+            if not isinstance(data.get(key), kind):
+                raise ValidationError(f"run_task: task.{key} must be {kind.__name__}, "
+                                      f"got {data.get(key)!r:.60}")
+        parse_rfc3339(data["scheduled_for"], what="task.scheduled_for")
+        return cls(**{key: data[key] for key in kinds})
+
+    @property
+    def slot(self) -> int:
+        return int(parse_rfc3339(self.scheduled_for).timestamp())
+
+    @property
+    def session_id(self) -> str:
+        return f"{names.TASK_SESSION_PREFIX}{self.task_id}"
+
+
+@job_function
+def run_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Deliver one run of a scheduled task; returns what happened (small, JSON-able)."""
+    run = TaskRun.from_job(task)
+    context = current()
+    outcome = _run(run, context)
+    log(logger, "task run", task_id=run.task_id, name=run.name,
+        scheduled_for=run.scheduled_for, **outcome)
+    return {"task_id": run.task_id, **outcome}
+
+
+def _run(run: TaskRun, context: WorkerContext) -> dict[str, Any]:
+    if run.paused:
+        return {"status": "skipped", "reason": "paused"}
+    marker = names.task_fired_key(run.task_id, run.slot)
+    with broker.translated(context.config.redis_url, f"checking run {marker}"):
+        if context.redis.exists(marker):
+            return {"status": "skipped", "reason": "already delivered"}
+    fired_at = now_rfc3339()
+    delivery = {"task_id": run.task_id, "session_id": run.session_id, "name": run.name,
+                "prompt": run.prompt, "trusted": run.trusted, "fired_at": fired_at,
+                "scheduled_for": run.scheduled_for}
+    handler_error = call_handler(context.config.scheduler.handler, delivery)
+    event = fired_event(run, fired_at, handler_error)
+    if not _record(context, marker, delivery, event):
+        return {"status": "skipped", "reason": "already delivered"}
+    return {"status": "fired", "fired_at": fired_at, "handler_error": handler_error}
+
+
+def fired_event(run: TaskRun, fired_at: str, handler_error: str | None) -> Event:
+    """``task.fired``; its id follows from the task and slot, so a slot is recorded once."""
+    payload: dict[str, Any] = {"task_id": run.task_id, "fired_at": fired_at,
+                               "scheduled_for": run.scheduled_for}
+    if handler_error is not None:
+        payload["handler_error"] = handler_error[:4000]
+    event_id = uuid.uuid5(_FIRED_NAMESPACE, f"{run.task_id}/{run.slot}")
+    return Event(id=str(event_id), type=EventType.TASK_FIRED, session_id=None,
+                 created_at=fired_at, payload=payload)
+
+
+def call_handler(spec: str, delivery: dict[str, Any]) -> str | None:
+    """Call the configured handler with the delivery; its error as text, or None."""
+    if not spec:
+        return None
+    try:
+        load_handler(spec)(dict(delivery))
+    except Exception as exc:  # a hook must not undo a delivery: record and go on
+        log(logger, "task handler failed", logging.ERROR, task_id=delivery["task_id"],
+            handler=spec, error=f"{type(exc).__name__}: {exc}")
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def load_handler(spec: str) -> Callable[[dict[str, Any]], Any]:
+    """Import ``module:function``; :class:`ConfigError` naming it when that fails."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name.strip())
+        for part in attribute.strip().split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"[scheduler] handler {spec!r} cannot be loaded: {exc}") from exc
+    if not callable(target):
+        raise ConfigError(f"[scheduler] handler {spec!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def _record(context: WorkerContext, marker: str, delivery: dict[str, Any],
+            event: Event) -> bool:
+    """Marker, agent-inbox entry and ``task.fired`` all at once; False if already done."""
+    fields: dict[Any, Any] = {k: _field(v) for k, v in delivery.items()}
+    with broker.translated(context.config.redis_url, f"delivering run {marker}"), \
+            context.redis.pipeline() as pipe:
+        try:
+            pipe.watch(marker)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+            if pipe.exists(marker):
+                return False
+            pipe.multi()
+            pipe.set(marker, delivery["fired_at"], ex=FIRED_MARKER_TTL_S)
+            pipe.xadd(names.AGENT_INBOX_STREAM, fields)
+            pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: encode(event)})
+            pipe.execute()
+        except redis.WatchError:
+            return False  # another copy of this job delivered the slot first
+    return True
+
+
+def _field(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
