@@ -375,7 +375,7 @@ def _text_problem(value: str, spec: Field, limits: LimitsConfig) -> str | None:
         try:
             parse_rfc3339(value, what="it")
         except ValidationError as exc:
-            return f"is not an RFC3339 timestamp with offset ({exc})"
+            return str(exc).removeprefix("it ")  # "has no time zone offset: ..." etc.
     return None
 
 

@@ -33,6 +33,7 @@ from memq.broker import TRANSIENT
 from memq.clock import now_rfc3339
 from memq.config import Config
 from memq.errors import StoreError
+from memq.events import Event
 from memq.logs import log
 from store import batch, schema
 from store.batch import BatchResult, Entry
@@ -40,6 +41,8 @@ from store.connection import open_connection
 from store.effects import Effects
 from store.inbox import Inbox, Prefetcher
 from store.lock import WriterLock
+from store.log import append_event
+from store.projections import apply_event
 
 logger = logging.getLogger("memq.writer")
 
@@ -170,7 +173,9 @@ class Writer:
         cur.execute("BEGIN IMMEDIATE")
         try:
             for event in events:
-                self._apply_event(cur, event, now, effects)
+                seq = append_event(cur, event, now)
+                if seq is not None:
+                    apply_event(cur, event, seq, effects)
         except BaseException:
             cur.execute("ROLLBACK")
             raise

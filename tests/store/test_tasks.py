@@ -60,7 +60,7 @@ def broker(redis_url: str) -> redis.Redis:
 
 def start(config: Config) -> Writer:
     writer = open_writer(config, redis.Redis.from_url(config.redis_url))
-    writer._ensure_group()
+    writer.inbox.ensure_group()
     writer.reconcile()  # what run() does first
     return writer
 
