@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 import apsw
 import redis
 
-from memq import names
+from memq import metrics, names
 from memq.broker import TRANSIENT
 from memq.clock import now_rfc3339
 from memq.config import Config
@@ -45,6 +46,10 @@ from store.projections import apply_event
 logger = logging.getLogger("memq.writer")
 
 Entry = tuple[bytes, dict[bytes, bytes] | None]
+
+HEARTBEAT_INTERVAL_S = 10.0
+"""How often an idle writer refreshes its heartbeat (it expires after 60 s)."""
+
 AfterCommit = Callable[[Effects], None]
 Reconciler = Callable[[], None]
 
@@ -56,6 +61,8 @@ class BatchResult:
     rejected: int = 0
     last_id: str = ""
     effects: Effects = field(default_factory=Effects)
+    types: Counter[str] = field(default_factory=Counter)
+    """Applied events by type, for the metrics."""
 
     @property
     def size(self) -> int:
@@ -101,10 +108,15 @@ class Writer:
         self.reconcile()
         next_reconcile = time.monotonic() + self.config.writer.reconcile_interval_s
         backoff = _Backoff()
+        next_beat = 0.0
         while not stop.is_set():
             try:
                 self.step()
                 backoff.reset()
+                if time.monotonic() >= next_beat:
+                    # An idle writer still says it is alive (`memq status`, `memq up`).
+                    self.redis.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
+                    next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
             except TRANSIENT as exc:
                 log(logger, "redis unavailable, retrying", logging.WARNING, error=str(exc))
                 backoff.wait(stop)
@@ -125,13 +137,16 @@ class Writer:
             return BatchResult()
         started = time.perf_counter()
         result = self.apply_batch(entries)
-        apply_ms = (time.perf_counter() - started) * 1000
-        self._acknowledge(entries, result.last_id)
+        apply_s = time.perf_counter() - started
+        lag_ms = _lag_ms(entries[0][0])
+        figures = metrics.BatchFigures(result.applied, result.duplicates, result.rejected,
+                                       apply_s, lag_ms / 1000, time.time(), result.types)
+        self._acknowledge(entries, result.last_id, figures)
         for hook in self.after_commit:
             hook(result.effects)
         log(logger, "batch committed", size=result.size, applied=result.applied,
             duplicates=result.duplicates, rejected=result.rejected,
-            apply_ms=round(apply_ms, 2), lag_ms=_lag_ms(entries[0][0]))
+            apply_ms=round(apply_s * 1000, 2), lag_ms=lag_ms)
         return result
 
     def reconcile(self) -> None:
@@ -185,6 +200,7 @@ class Writer:
             rejected.mark_replayed(cur, replay_of, now)
         if applied:
             result.applied += 1
+            result.types[event.type] += 1
         else:
             result.duplicates += 1
 
@@ -229,13 +245,17 @@ class Writer:
                                       block=self.config.writer.block_ms)
         return list(reply[0][1]) if reply else []
 
-    def _acknowledge(self, entries: list[Entry], last_id: str) -> None:
+    def _acknowledge(
+        self, entries: list[Entry], last_id: str, figures: metrics.BatchFigures | None = None
+    ) -> None:
         ids = [stream_id for stream_id, _ in entries]
         pipe = self.redis.pipeline(transaction=True)
         pipe.xack(names.INBOX_STREAM, names.WRITER_GROUP, *ids)
         pipe.xdel(names.INBOX_STREAM, *ids)
         pipe.set(names.COMMITTED_KEY, last_id)
         pipe.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
+        if figures is not None:
+            metrics.record_batch(pipe, figures)
         pipe.execute()
 
     def _on_response_error(
