@@ -88,10 +88,12 @@ def run_up(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     url_file = data_dir / PRIVATE_REDIS_URL_FILE
+    wrote_url = False
     try:
         if not _redis_configured(args, config):
             config = config.replace(redis_url=start_private_redis(supervisor, data_dir, stop))
             _write_private(url_file, config.redis_url)
+            wrote_url = True
         env = child_env(args, config)
         _start_processes(supervisor, args, config, env)
         demo = _DemoLauncher(supervisor, config, env, wanted=args.demo, fresh=fresh)
@@ -99,7 +101,8 @@ def run_up(args: argparse.Namespace) -> int:
         supervisor.run(stop, on_tick=demo.tick)
     finally:
         supervisor.stop()
-        url_file.unlink(missing_ok=True)
+        if wrote_url:  # never another `memq up`'s, when this one was refused
+            url_file.unlink(missing_ok=True)
     supervisor.say("all stopped")
     return 0
 

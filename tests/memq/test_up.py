@@ -124,6 +124,7 @@ def test_up_serves_restarts_and_stops_cleanly(tmp_path: Path, ops_config: Path) 
             text=True, timeout=60)
         assert second.returncode == 1
         assert "is `memq up` already running" in second.stderr
+        assert stack.redis_url == url  # the refused one left the running one's file alone
 
         # the demo runs on a fresh data directory, once the writer is up
         stack.wait_for(r"^demo +\| +support: 16 turns committed")
