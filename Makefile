@@ -6,12 +6,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 MODEL_DIR ?= models/all-MiniLM-L6-v2
 
-.PHONY: run test bootstrap lint typecheck check bench clean
+.PHONY: run test bootstrap redis-server chromium lint typecheck check bench clean
 
 run: bootstrap
 	$(BIN)/memq up --demo
 
-test: bootstrap
+test: bootstrap chromium
 	$(BIN)/python -m pytest
 
 bootstrap: $(VENV)/.installed $(MODEL_DIR)/.verified redis-server
@@ -31,6 +31,12 @@ redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+
+# The dashboard test drives rq-dashboard in a real headless browser (`make run` needs none).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

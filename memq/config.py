@@ -105,6 +105,20 @@ class TerminalConfig:
 
 
 @dataclass(frozen=True)
+class OpsConfig:
+    """Running the stack: ``memq up``'s supervisor, the dashboard and the metrics endpoint."""
+
+    restart_backoff_s: float = 0.5
+    restart_backoff_max_s: float = 30.0
+    stop_timeout_s: float = 30.0
+    drain_timeout_s: float = 10.0
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 9181
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9464
+
+
+@dataclass(frozen=True)
 class Config:
     redis_url: str = DEFAULT_REDIS_URL
     db_path: str = DEFAULT_DB_PATH
@@ -117,6 +131,7 @@ class Config:
     llm: LLMConfig = field(default_factory=LLMConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     terminal: TerminalConfig = field(default_factory=TerminalConfig)
+    ops: OpsConfig = field(default_factory=OpsConfig)
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -220,6 +235,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "llm": LLMConfig,
     "scheduler": SchedulerConfig,
     "terminal": TerminalConfig,
+    "ops": OpsConfig,
 }
 
 

@@ -1,18 +1,23 @@
 """Structured logging: one line per job and per writer batch.
 
 On a terminal the lines are ``key=value`` for people; elsewhere they are JSON objects,
-one per line, for log shippers. Credentials never reach a log line: Redis URLs are
-passed through :func:`redact_url` first.
+one per line, for log shippers; ``MEMQ_LOG_FORMAT=text|json`` overrides that choice
+(``memq up`` passes its own choice to its children, whose output is a pipe). Credentials
+never reach a log line: Redis URLs are passed through :func:`redact_url` first.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from typing import Any
 
 import orjson
+
+LOG_FORMAT_ENV = "MEMQ_LOG_FORMAT"
+"""``text`` or ``json``: overrides the choice made from whether stderr is a terminal."""
 
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z]+://)(?P<user>[^:@/]*):(?P<pw>[^@/]*)@")
 
@@ -49,7 +54,8 @@ class _TextFormatter(logging.Formatter):
 def setup(level: str = "INFO", *, json_lines: bool | None = None) -> None:
     """Configure the root logger once per process."""
     if json_lines is None:
-        json_lines = not sys.stderr.isatty()
+        chosen = os.environ.get(LOG_FORMAT_ENV, "").lower()
+        json_lines = chosen == "json" if chosen in ("json", "text") else not sys.stderr.isatty()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if json_lines else _TextFormatter())
     root = logging.getLogger()

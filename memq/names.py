@@ -23,6 +23,9 @@ COMMITTED_KEY = "memq:committed"
 WRITER_HEARTBEAT_KEY = "memq:writer:heartbeat"
 """Refreshed by the writer after each batch; ``status`` reads it."""
 
+WRITER_STATS_KEY = "memq:writer:stats"
+"""A hash of the writer's running batch counters and histograms; ``memq metrics`` reads it."""
+
 AGENT_INBOX_STREAM = "memq:agent-inbox"
 """Where scheduled task prompts are delivered to agents."""
 

@@ -9,6 +9,7 @@ savepoint per event, so that only the bad event is set aside.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -52,6 +53,8 @@ class BatchResult:
     rejected: int = 0
     last_id: str = ""
     effects: Effects = field(default_factory=Effects)
+    types: Counter[str] = field(default_factory=Counter)
+    """Applied events by type, for the metrics."""
 
     @property
     def size(self) -> int:
@@ -84,6 +87,7 @@ def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchRe
         raise RetryCarefully(str(exc)) from exc
     result.applied += len(fresh)
     result.duplicates += len(events) - len(fresh)
+    result.types.update(event.type for _, event in fresh)
     for item in batch:
         if item.error is not None:
             _reject(cur, item, item.error, now, result)
@@ -105,6 +109,8 @@ def apply_careful(cur: apsw.Cursor, batch: list[Decoded], now: str, result: Batc
             rejected.mark_replayed(cur, item.replay_of, now)
         result.applied += applied
         result.duplicates += not applied
+        if applied:
+            result.types[item.event.type] += 1
 
 
 def _apply_in_savepoint(cur: apsw.Cursor, event: Event, now: str, effects: Effects) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from memq import names
+from memq import metrics, names
 from memq.broker import TRANSIENT
 from memq.clock import now_rfc3339
 from memq.config import Config
@@ -69,14 +69,23 @@ class Inbox:
             return []
         return list(reply[0][1])
 
-    def acknowledge(self, entries: list[Entry], last_id: str) -> None:
-        """Ack and delete the entries and move the commit position, atomically."""
+    def heartbeat(self) -> None:
+        """An idle writer still says it is alive (`memq status`, `memq up`)."""
+        self.redis.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
+
+    def acknowledge(
+        self, entries: list[Entry], last_id: str, figures: metrics.BatchFigures | None = None
+    ) -> None:
+        """Ack and delete the entries, move the commit position, record the figures:
+        atomically, so the numbers only move for committed batches."""
         ids = [stream_id for stream_id, _ in entries]
         pipe = self.redis.pipeline(transaction=True)
         pipe.xack(names.INBOX_STREAM, names.WRITER_GROUP, *ids)
         pipe.xdel(names.INBOX_STREAM, *ids)
         pipe.set(names.COMMITTED_KEY, last_id)
         pipe.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
+        if figures is not None:
+            metrics.record_batch(pipe, figures)
         pipe.execute()
 
 

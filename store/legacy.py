@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import apsw
@@ -21,6 +23,15 @@ from store.effects import Effects
 from store.log import append_event
 from store.projections import apply_event
 from store.vectors import FLOAT32_LE
+
+ImportProgress = Callable[[int, int], None]
+"""Called with (rows imported so far, rows in total)."""
+
+import_progress: ContextVar[ImportProgress | None] = ContextVar("import_progress", default=None)
+"""Set by ``memq migrate`` to draw a progress bar; migrations take only a cursor."""
+
+PROGRESS_EVERY = 1000
+"""Rows between two progress reports."""
 
 LEGACY_NAMESPACE = uuid.UUID("5b0f3c52-9a3e-4c1e-8f1e-6d2a4f0c7b11")
 
@@ -39,12 +50,16 @@ def import_legacy_messages(cur: apsw.Cursor) -> int:
     recorded_at = now_rfc3339()
     effects = Effects()  # embed jobs for these rows come from the writer's reconcile pass
     count = 0
-    for values in rows.fetchall():
+    values_list = rows.fetchall()
+    report = import_progress.get()
+    for done, values in enumerate(values_list, 1):
         event = _row_event(dict(zip(columns, values, strict=True)))
         seq = append_event(cur, event, recorded_at)
         if seq is not None:
             apply_event(cur, event, seq, effects)
             count += 1
+        if report is not None and (done % PROGRESS_EVERY == 0 or done == len(values_list)):
+            report(done, len(values_list))
     return count
 
 

@@ -104,6 +104,18 @@ def _short(row: Any) -> str:
     return repr(tuple(v[:40] if isinstance(v, (str, bytes)) else v for v in row))[:200]
 
 
+def event_count(db_path: str | os.PathLike[str]) -> int:
+    """How many events a rebuild will replay (for its progress bar)."""
+    conn = open_connection(db_path, readonly=True)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
+            return 0
+        row = conn.execute("SELECT count(*) FROM events").fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        conn.close()
+
+
 def ensure_exists(db_path: str | os.PathLike[str]) -> None:
     if not Path(db_path).exists():
         raise StoreError(f"database not found: {db_path}")

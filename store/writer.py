@@ -29,6 +29,7 @@ from typing import TypeVar
 import apsw
 import redis
 
+from memq import metrics
 from memq.broker import TRANSIENT
 from memq.clock import now_rfc3339
 from memq.config import Config
@@ -49,6 +50,9 @@ logger = logging.getLogger("memq.writer")
 AfterCommit = Callable[[Effects], None]
 Reconciler = Callable[[], None]
 T = TypeVar("T")
+
+HEARTBEAT_INTERVAL_S = 10.0
+"""How often an idle writer refreshes its heartbeat (it expires after 60 s)."""
 
 
 class Stopped(Exception):
@@ -100,11 +104,15 @@ class Writer:
         prefetcher = Prefetcher(self.inbox, self.config, stop)
         prefetcher.start()
         next_reconcile = time.monotonic() + self.config.writer.reconcile_interval_s
+        next_beat = 0.0
         try:
             while not stop.is_set():
                 item = prefetcher.get(timeout=0.2)
                 if item is not None:
                     self.commit(*item, stop=stop)
+                if time.monotonic() >= next_beat:
+                    self._retry(self.inbox.heartbeat, stop)
+                    next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
                 if time.monotonic() >= next_reconcile:
                     self.reconcile()
                     next_reconcile = time.monotonic() + self.config.writer.reconcile_interval_s
@@ -135,13 +143,16 @@ class Writer:
         """Apply, acknowledge and follow up one batch, retrying until done or stopped."""
         started = time.perf_counter()
         result = self._retry(lambda: self.apply_batch(decoded, entries[-1][0].decode()), stop)
-        apply_ms = (time.perf_counter() - started) * 1000
-        self._retry(lambda: self.inbox.acknowledge(entries, result.last_id), stop)
+        apply_s = time.perf_counter() - started
+        lag_ms = _lag_ms(entries[0][0])
+        figures = metrics.BatchFigures(result.applied, result.duplicates, result.rejected,
+                                       apply_s, lag_ms / 1000, time.time(), result.types)
+        self._retry(lambda: self.inbox.acknowledge(entries, result.last_id, figures), stop)
         for hook in self.after_commit:
             self._retry(functools.partial(hook, result.effects), stop)
         log(logger, "batch committed", size=result.size, applied=result.applied,
             duplicates=result.duplicates, rejected=result.rejected,
-            apply_ms=round(apply_ms, 2), lag_ms=_lag_ms(entries[0][0]))
+            apply_ms=round(apply_s * 1000, 2), lag_ms=lag_ms)
         return result
 
     def reconcile(self) -> None:

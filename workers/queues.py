@@ -8,6 +8,8 @@ that names anything else is refused. rq-scheduler has no serializer option, so t
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +19,9 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from memq.errors import ValidationError
+from memq.logs import log
+
+logger = logging.getLogger("memq.jobs")
 
 JOB_FUNCTIONS: frozenset[str] = frozenset()
 """Dotted paths of the only functions a memq worker will run; job modules register here."""
@@ -56,9 +61,24 @@ def queue(name: str, connection: redis.Redis) -> Queue:
     return Queue(name, connection=connection, serializer=JSONSerializer, job_class=JSONJob)
 
 
+class LoggingWorker(SimpleWorker):
+    """A :class:`SimpleWorker` that logs one structured line when each job ends."""
+
+    def perform_job(self, job: Job, queue: Queue, execution: Any) -> bool:
+        started = time.perf_counter()
+        ok = bool(super().perform_job(job, queue, execution))
+        # After a failure RQ has already decided: "failed", or "scheduled"/"queued" for a retry.
+        status = job.get_status(refresh=False)
+        outcome = "finished" if ok else str(getattr(status, "value", status) or "failed")
+        log(logger, "job ended", logging.INFO if ok else logging.WARNING,
+            job_id=job.id, function=job.func_name, queue=queue.name, outcome=outcome,
+            duration_ms=round((time.perf_counter() - started) * 1000, 2))
+        return ok
+
+
 def worker(queue_names: list[str], connection: redis.Redis, *, name: str | None = None) -> Any:
     """An in-process worker: it keeps a loaded model warm between jobs (no fork per job)."""
-    return SimpleWorker(
+    return LoggingWorker(
         [queue(n, connection) for n in queue_names],
         connection=connection,
         serializer=JSONSerializer,

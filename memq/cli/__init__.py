@@ -10,10 +10,21 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from memq.cli import admin, model, tasks, worker, writer
+from memq.cli import (
+    admin,
+    dashboard,
+    demo,
+    metrics,
+    model,
+    status,
+    tasks,
+    up,
+    worker,
+    writer,
+)
 from memq.errors import MemqError
 
-GROUPS = (writer, worker, admin, model, tasks)
+GROUPS = (writer, worker, admin, model, tasks, up, status, dashboard, metrics, demo)
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
 
@@ -25,6 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
     for group in GROUPS:
         group.register(sub)
     return parser
+
+
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Each top-level command and its parser (for ``memq up`` and the documentation test)."""
+    for action in build_parser()._actions:  # argparse keeps its subcommands only here
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def command_names() -> set[str]:
+    return set(command_parsers())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

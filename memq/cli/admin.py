@@ -10,6 +10,7 @@ import orjson
 
 from memq import broker, names
 from memq.cli.common import add_store_options, load_config
+from memq.progress import Progress
 
 
 def register(sub: Any) -> None:
@@ -38,16 +39,20 @@ def register(sub: Any) -> None:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    from store import schema
+    from store import legacy, schema
     from store.connection import open_connection
     from store.lock import WriterLock
 
     config = load_config(args)
+    bar = _LazyBar("importing legacy messages")
     with WriterLock(config.db_path):
         conn = open_connection(config.db_path)
+        token = legacy.import_progress.set(bar.report)
         try:
             done = schema.migrate(conn)
         finally:
+            legacy.import_progress.reset(token)
+            bar.finish()
             conn.close()
     print(f"applied: {', '.join(done)}" if done else "schema is up to date")
     return 0
@@ -64,9 +69,29 @@ def rebuild(args: argparse.Namespace) -> int:
             print(line)
         print("projections differ from the log" if differences else "projections match the log")
         return 1 if differences else 0
-    count = rebuilding.rebuild(config.db_path)
+    bar = Progress("rebuilding projections", rebuilding.event_count(config.db_path))
+    with bar:
+        count = rebuilding.rebuild(config.db_path, lambda done: bar.advance(done - bar.done))
+        bar.advance(count - bar.done)
     print(f"rebuilt projections from {count} events")
     return 0
+
+
+class _LazyBar:
+    """A progress bar that appears only once there is something to report."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar: Progress | None = None
+
+    def report(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = Progress(self.label, total)
+        self.bar.advance(done - self.bar.done)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.finish()
 
 
 def rejected_list(args: argparse.Namespace) -> int:

@@ -1,0 +1,40 @@
+"""``memq demo`` against a running writer: the agents' turns are committed, and a build
+without a feature says so instead of failing."""
+
+from __future__ import annotations
+
+import apsw
+import pytest
+
+from memq.cli import main
+from memq.config import Config
+from producers import MemoryClient
+from tests.conftest import WriterThread
+
+pytestmark = pytest.mark.redis
+
+
+def test_demo_commits_every_agents_turns(config: Config, writer: WriterThread, capsys) -> None:
+    code = main(["demo", "--db", config.db_path, "--redis-url", config.redis_url,
+                 "--timeout", "0.5"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "support: 16 turns committed" in out
+    conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    sessions = dict(conn.execute(
+        "SELECT substr(session_id, 13), count(*) FROM messages GROUP BY session_id"))
+    assert sessions == {"support": 16, "research": 5, "ops": 4}
+    important = conn.execute("SELECT content FROM messages WHERE importance >= 0.8").fetchall()
+    assert len(important) == 1
+    assert "peanuts" in important[0][0]
+    for feature in ("set_fact", "schedule_task", "get_context"):
+        missing = not hasattr(MemoryClient, feature)
+        assert (f"no MemoryClient.{feature} yet" in out) == missing
+
+
+def test_demo_without_a_writer_fails_with_a_clear_message(config: Config, capsys) -> None:
+    code = main(["demo", "--db", config.db_path, "--redis-url", config.redis_url,
+                 "--timeout", "0.3"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "is `memq writer` running?" in err

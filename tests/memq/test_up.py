@@ -1,0 +1,221 @@
+"""``memq up`` as a real process: private Redis on a unix socket, the whole stack, a crashed
+worker restarted, SIGTERM stops everything in order and exits 0, and a restart keeps data."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from memq.cli import command_names
+from memq.cli.up import PROCESSES, selected
+from producers import MemoryClient
+from tests.conftest import MODEL_DIR, ROOT
+from tests.memq.test_supervisor import pid_alive
+
+STARTED = re.compile(r"^up +\| started (\S+) \(pid (\d+)\)$")
+
+
+class Stack:
+    """A running ``memq up``: its output lines, the pids it started, its Redis URL."""
+
+    def __init__(self, data: Path, config: Path, *extra: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("MEMQ_REDIS_URL", "MEMQ_DB")}
+        env.update(PYTHONPATH=str(ROOT), MEMQ_EMBED_MODEL_DIR=str(MODEL_DIR),
+                   MEMQ_LOG_FORMAT="json")
+        self.data = data
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memq", "up", "--db", str(data / "memq.db"),
+             "--config", str(config), *extra],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, count: int = 1, limit: float = 60.0) -> None:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if sum(1 for line in self.lines if re.search(pattern, line)) >= count:
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        tail = "\n".join(self.lines[-40:])
+        pytest.fail(f"no {count} line(s) matching {pattern!r}; output ends with:\n{tail}")
+
+    def pids(self, name: str | None = None) -> list[int]:
+        found = [STARTED.match(line) for line in self.lines]
+        return [int(m[2]) for m in found if m and (name is None or m[1] == name)]
+
+    @property
+    def redis_url(self) -> str:
+        return (self.data / "redis.url").read_text().strip()
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(90)
+        self.reader.join(10)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def ops_config(tmp_path: Path) -> Path:
+    path = tmp_path / "memq.toml"
+    path.write_text("[ops]\nrestart_backoff_s = 0.2\ndrain_timeout_s = 5.0\n")
+    return path
+
+
+def processes_with(text: str) -> list[int]:
+    """Pids of running processes whose command line mentions ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline and pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def line_index(stack: Stack, text: str) -> int:
+    return next(i for i, line in enumerate(stack.lines) if text in line)
+
+
+@pytest.mark.slow
+def test_up_serves_restarts_and_stops_cleanly(tmp_path: Path, ops_config: Path) -> None:
+    data = tmp_path / "data"
+    stack = Stack(data, ops_config, "--demo")
+    try:
+        stack.wait_for(r"memq is up")
+        url = stack.redis_url
+        assert url == f"unix://{data / 'redis.sock'}?db=0"
+
+        # append -> committed, through the stack's own Redis and writer
+        with MemoryClient(redis_url=url, db_path=data / "memq.db") as client:
+            ids = [client.append("up-test", "user", f"turn {i}") for i in range(3)]
+            client.flush(30)
+            assert [m.id for m in client.history("up-test")] == ids
+
+        # a second `memq up` for the same data directory refuses to start
+        second = subprocess.run(
+            [sys.executable, "-m", "memq", "up", "--db", str(data / "memq.db")],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+            text=True, timeout=60)
+        assert second.returncode == 1
+        assert "is `memq up` already running" in second.stderr
+        assert stack.redis_url == url  # the refused one left the running one's file alone
+
+        # the demo runs on a fresh data directory, once the writer is up
+        stack.wait_for(r"^demo +\| +support: 16 turns committed")
+
+        # a worker killed with SIGKILL comes back
+        (first,) = stack.pids("embed")
+        os.kill(first, signal.SIGKILL)
+        stack.wait_for(r"embed exited with status -9; restarting")
+        stack.wait_for(r"started embed \(pid", count=2)
+        assert stack.pids("embed")[1] != first
+    finally:
+        code = stack.stop() if stack.proc.poll() is None else stack.proc.returncode
+        stack.kill()
+    assert code == 0, "\n".join(stack.lines[-40:])
+    assert not [pid for pid in stack.pids() if pid_alive(pid)]
+    assert not processes_with(str(data))  # no redis-server, no child of any kind
+    assert not (data / "redis.sock").exists()
+    assert not (data / "redis.url").exists()
+    # workers first, then the writer, then Redis
+    assert line_index(stack, "embed stopped") < line_index(stack, "stopping writer")
+    assert line_index(stack, "writer stopped (exit status 0)") < line_index(
+        stack, "stopping redis")
+
+    # A second start finds the data (Redis' append-only file and the database) and no demo.
+    again = Stack(data, ops_config, "--demo")
+    try:
+        again.wait_for(r"memq is up")
+        again.wait_for(r"already exists: skipping the demo")
+        with MemoryClient(redis_url=again.redis_url, db_path=data / "memq.db") as client:
+            assert [m.id for m in client.history("up-test")] == ids
+            assert client.redis.exists("memq:writer:stats")  # kept by the append-only file
+    finally:
+        code = again.stop() if again.proc.poll() is None else again.proc.returncode
+        again.kill()
+    assert code == 0
+    assert not processes_with(str(data))
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_up_round_trip_to_get_context(tmp_path: Path, ops_config: Path) -> None:
+    """append -> embedded -> get_context through ``memq up`` (needs the embed pipeline and
+    get_context: skipped, with the reason, in a build that lacks either)."""
+    from workers.queues import allowed_functions
+
+    if not hasattr(MemoryClient, "get_context"):
+        pytest.skip("this build has no MemoryClient.get_context yet")
+    if not any(name.startswith("workers.embed") for name in allowed_functions()):
+        pytest.skip("this build has no embed job yet")
+    data = tmp_path / "data"
+    stack = Stack(data, ops_config)
+    try:
+        stack.wait_for(r"memq is up")
+        with MemoryClient(redis_url=stack.redis_url, db_path=data / "memq.db") as client:
+            target = client.append("ctx", "user", "The billing service is deployed to "
+                                   "Kubernetes every Tuesday with a blue-green rollout.")
+            for i in range(12):
+                client.append("ctx", "user", f"unrelated small talk number {i}")
+            client.flush(30)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with client.readers.connection() as conn:
+                    left = conn.execute("SELECT count(*) FROM messages WHERE session_id = "
+                                        "'ctx' AND embedding IS NULL").fetchone()[0]
+                if left == 0:
+                    break
+                time.sleep(0.2)
+            assert left == 0, "the embed worker did not embed the messages"
+            items = client.get_context("ctx", query="When is billing deployed to Kubernetes?")
+        found = {item.id: item for item in items}
+        assert "semantic" in found[target].branches
+    finally:
+        code = stack.stop() if stack.proc.poll() is None else stack.proc.returncode
+        stack.kill()
+    assert code == 0
+
+
+def test_missing_commands_are_skipped_with_a_warning() -> None:
+    chosen, warnings = selected(Namespace(dashboard=False, metrics=False),
+                                {"writer", "worker"})
+    assert [p.name for p in chosen] == ["writer", "embed", "consolidate", "tasks"]
+    assert warnings == ["skipping scheduler: this build has no `memq scheduler` command yet"]
+
+
+def test_extras_start_only_when_asked() -> None:
+    everything = command_names() | {"scheduler"}
+    chosen, _ = selected(Namespace(dashboard=True, metrics=False), everything)
+    assert [p.name for p in chosen][-2:] == ["scheduler", "dashboard"]
+
+
+def test_procfile_lists_the_same_processes() -> None:
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    entries = [line for line in lines if line and not line.startswith("#")]
+    assert entries == [f"{p.name}: memq {' '.join(p.command)}" for p in PROCESSES]
