@@ -23,7 +23,10 @@ from memq.clock import normalize_rfc3339, now_rfc3339, uuid7
 from memq.config import Config
 from memq.errors import ValidationError
 from memq.events import ROLES, Event, EventType, check_identifier, check_payload
+from producers.facts import FactsMixin
+from producers.macros import MacrosMixin
 from producers.outbox import Outbox
+from producers.prefixes import PrefixesMixin
 from store.reader import ReadPool
 
 DEFAULT_IMPORTANCE = {"user": 0.5, "assistant": 0.5, "tool": 0.3, "system": 0.1}
@@ -43,7 +46,7 @@ class Message:
     tool_calls: list[Any] | None = None
 
 
-class MemoryClient:
+class MemoryClient(FactsMixin, MacrosMixin, PrefixesMixin):
     """One agent process's handle on memq. Thread-safe for reads; use one per thread to write."""
 
     def __init__(
