@@ -58,8 +58,10 @@ class PrefixesMixin(ClientBase):
 
     def is_command_allowed(self, command: str, *, trusted: bool = False) -> bool:
         """True if ``command`` may run without asking (a trusted task's always may)."""
+        if not isinstance(command, str):
+            raise ValidationError(f"command must be a string, got {type(command).__name__}")
         if check_flag("trusted", trusted):
-            return terminal.is_command_allowed(command, (), trusted=True)
+            return True
         approved, _ = self._effective_prefixes()
         return terminal.is_command_allowed(command, set(approved) | self._config_prefixes())
 
