@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import apsw
 
-from store.fact_reads import Fact, list_facts
+from store.fact_reads import FACT_COLUMNS, Fact
 
 MIN_PREFIX = 4
 """Shortest shared prefix that counts as a (half) match between two different words."""
@@ -43,19 +44,32 @@ def relevant_facts(conn: apsw.Connection, query: str | None, limit: int) -> list
     terms = words(query or "")
     if not terms or limit < 1:
         return []
-    facts = list_facts(conn)
-    documents = [words(f"{f.category} {f.key} {f.value}") for f in facts]
-    weights = _weights(terms, documents)
-    scored = [
-        FactMatch(fact, score)
-        for fact, document in zip(facts, documents, strict=True)
-        if (score := _score(weights, document)) > 0
-    ]
-    # Stable sorts, least significant key first: score, then the newest, then the id.
-    scored.sort(key=lambda m: m.fact.id)
-    scored.sort(key=lambda m: m.fact.updated_at, reverse=True)
-    scored.sort(key=lambda m: m.score, reverse=True)
-    return scored[:limit]
+    rows: list[tuple[Any, ...]] = conn.execute(
+        "SELECT id, updated_at, category || ' ' || key || ' ' || value FROM facts"
+    ).fetchall()
+    scores = _scores(terms, [text for _, _, text in rows])
+    # Best score first, then the most recently updated, then the oldest id (stable sorts).
+    ranked = sorted(scores, key=lambda p: rows[p][0])
+    ranked.sort(key=lambda p: rows[p][1], reverse=True)
+    ranked.sort(key=lambda p: scores[p], reverse=True)
+    chosen = ranked[:limit]
+    facts = {f.id: f for f in _facts(conn, [rows[p][0] for p in chosen])}
+    return [FactMatch(facts[rows[p][0]], scores[p]) for p in chosen]
+
+
+def _scores(terms: set[str], texts: list[str]) -> dict[int, float]:
+    """Position of each matching text -> its score."""
+    index: dict[str, list[int]] = {}  # word -> positions of the texts that have it
+    for position, text in enumerate(texts):
+        for word in words(text):
+            index.setdefault(word, []).append(position)
+    scores: dict[int, float] = {}
+    for term in terms:
+        matches = _matches(term, index)
+        weight = math.log(1 + len(texts) / len(matches)) if matches else 0.0
+        for position, strength in matches.items():
+            scores[position] = scores.get(position, 0.0) + weight * strength
+    return scores
 
 
 def words(text: str) -> set[str]:
@@ -64,25 +78,18 @@ def words(text: str) -> set[str]:
     return {w for w in found if w not in _STOPWORDS}
 
 
-def _match(term: str, document: set[str]) -> float:
-    if term in document:
-        return 1.0
-    if len(term) >= MIN_PREFIX and any(
-        len(w) >= MIN_PREFIX and (w.startswith(term) or term.startswith(w)) for w in document
-    ):
-        return 0.5
-    return 0.0
+def _matches(term: str, index: dict[str, list[int]]) -> dict[int, float]:
+    """Positions of the facts matching ``term``: 1.0 for the word itself, 0.5 for a prefix."""
+    found: dict[int, float] = {}
+    if len(term) >= MIN_PREFIX:
+        for word, positions in index.items():
+            if len(word) >= MIN_PREFIX and (word.startswith(term) or term.startswith(word)):
+                found.update(dict.fromkeys(positions, 0.5))
+    found.update(dict.fromkeys(index.get(term, ()), 1.0))
+    return found
 
 
-def _weights(terms: set[str], documents: list[set[str]]) -> dict[str, float]:
-    count = len(documents)
-    weights = {}
-    for term in terms:
-        frequency = sum(1 for d in documents if _match(term, d) > 0)
-        if frequency:
-            weights[term] = math.log(1 + count / frequency)
-    return weights
-
-
-def _score(weights: dict[str, float], document: set[str]) -> float:
-    return sum(weight * _match(term, document) for term, weight in weights.items())
+def _facts(conn: apsw.Connection, ids: list[object]) -> list[Fact]:
+    marks = ", ".join("?" * len(ids))
+    rows = conn.execute(f"SELECT {FACT_COLUMNS} FROM facts WHERE id IN ({marks})", ids)
+    return [Fact(*row) for row in rows]

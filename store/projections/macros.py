@@ -18,7 +18,13 @@ import orjson
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
-from memq.toolcalls import ANY_ARGS, args_pattern, confidence, next_args_template
+from memq.toolcalls import (
+    ANY_ARGS,
+    PRIOR_HITS,
+    PRIOR_TOTAL,
+    args_pattern,
+    next_args_template,
+)
 from store.effects import Effects
 
 Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
@@ -52,62 +58,89 @@ def learn(
     """Count one transition ``tool(args)`` → ``next_tool(next_args)``."""
     template = next_args_template(next_args, args)
     for pattern in (args_pattern(args), ANY_ARGS):
-        macro_id = _count_transition(cur, tool, pattern, next_tool, at)
-        _count_template(cur, macro_id, template, seq)
-        _refresh_confidence(cur, tool, pattern)
+        macro_id, current = _count_transition(cur, tool, pattern, next_tool, at)
+        _count_trigger(cur, tool, pattern)
+        _count_template(cur, macro_id, current, template, seq)
 
 
-def _count_transition(cur: apsw.Cursor, tool: str, pattern: str, next_tool: str, at: str) -> int:
+def _count_transition(
+    cur: apsw.Cursor, tool: str, pattern: str, next_tool: str, at: str
+) -> tuple[int, str | None]:
+    """Add one to n(A→B); returns the macro's id and its current next_args."""
+    key = {"tool": tool, "pattern": pattern, "next": next_tool, "at": at}
     row = cur.execute(
+        """UPDATE macros SET transition_count = transition_count + 1, updated_at = :at
+           WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern AND next_tool = :next
+           RETURNING id, next_args""",
+        key,
+    ).fetchone()
+    if row is not None:
+        return int(row[0]), None if row[1] is None else str(row[1])
+    # A new successor starts with its siblings' n(A); _count_trigger then adds this one.
+    # (Looked up apart: as a subquery inside the INSERT it cost five times more.)
+    siblings = cur.execute(
+        """SELECT max(trigger_count) FROM macros
+           WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern""",
+        key,
+    ).fetchone()
+    cur.execute(
         """INSERT INTO macros (trigger_tool, trigger_args_pattern, next_tool, next_args,
                confidence, used_count, created_at, updated_at, transition_count, trigger_count)
-           VALUES (?, ?, ?, NULL, 0.0, 0, ?, ?, 1, 0)
-           ON CONFLICT (trigger_tool, trigger_args_pattern, next_tool) DO UPDATE SET
-               transition_count = transition_count + 1, updated_at = excluded.updated_at
-           RETURNING id""",
-        (tool, pattern, next_tool, at, at),
+           VALUES (:tool, :pattern, :next, NULL, 0.0, 0, :at, :at, 1, :n)""",
+        {**key, "n": (siblings[0] if siblings else None) or 0},
+    )
+    return int(cur.getconnection().last_insert_rowid()), None
+
+
+def _count_trigger(cur: apsw.Cursor, tool: str, pattern: str) -> None:
+    # n(A) grew by one, so every successor of A under this pattern gets a new estimate:
+    # memq.toolcalls.confidence, written in SQL (right-hand sides read the old values).
+    cur.execute(
+        """UPDATE macros SET trigger_count = trigger_count + 1,
+               confidence = (transition_count + :hits) / (trigger_count + 1 + :total)
+           WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern""",
+        {"hits": PRIOR_HITS, "total": PRIOR_TOTAL, "tool": tool, "pattern": pattern},
+    )
+
+
+def _count_template(
+    cur: apsw.Cursor, macro_id: int, current: str | None, template: str, seq: int
+) -> None:
+    key = {"id": macro_id, "template": template, "seq": seq}
+    row = cur.execute(
+        """UPDATE macro_next_args SET count = count + 1, last_seq = :seq
+           WHERE macro_id = :id AND template = :template RETURNING count""",
+        key,
     ).fetchone()
-    assert row is not None  # RETURNING always yields the inserted or updated row
-    return int(row[0])
+    count = 1 if row is None else int(row[0])
+    if row is None:
+        cur.execute("INSERT INTO macro_next_args VALUES (:id, :template, 1, :seq)", key)
+        _prune_templates(cur, macro_id)
+    # The template just counted is the latest, so it wins every tie: it becomes next_args
+    # unless the current one was seen strictly more often.
+    if current == template:
+        return
+    best = cur.execute(
+        "SELECT count FROM macro_next_args WHERE macro_id = ? AND template = ?",
+        (macro_id, current),
+    ).fetchone()
+    if best is None or int(best[0]) <= count:
+        cur.execute("UPDATE macros SET next_args = ? WHERE id = ?", (template, macro_id))
 
 
-def _count_template(cur: apsw.Cursor, macro_id: int, template: str, seq: int) -> None:
-    cur.execute(
-        """INSERT INTO macro_next_args (macro_id, template, count, last_seq) VALUES (?, ?, 1, ?)
-           ON CONFLICT (macro_id, template) DO UPDATE SET
-               count = count + 1, last_seq = excluded.last_seq""",
-        (macro_id, template, seq),
-    )
-    cur.execute(
-        """DELETE FROM macro_next_args WHERE macro_id = ? AND template NOT IN (
-               SELECT template FROM macro_next_args WHERE macro_id = ?
-               ORDER BY count DESC, last_seq DESC LIMIT ?)""",
-        (macro_id, macro_id, MAX_TEMPLATES),
-    )
-    cur.execute(
-        """UPDATE macros SET next_args = (
-               SELECT template FROM macro_next_args WHERE macro_id = ?
-               ORDER BY count DESC, last_seq DESC LIMIT 1)
-           WHERE id = ?""",
-        (macro_id, macro_id),
-    )
-
-
-def _refresh_confidence(cur: apsw.Cursor, tool: str, pattern: str) -> None:
-    # n(A) changed, so every successor of A under this pattern gets a new estimate.
-    siblings = [
-        (int(macro_id), int(count))
-        for macro_id, count in cur.execute(
-            """SELECT id, transition_count FROM macros
-               WHERE trigger_tool = ? AND trigger_args_pattern = ?""",
-            (tool, pattern),
+def _prune_templates(cur: apsw.Cursor, macro_id: int) -> None:
+    # Templates arrive one at a time, so at most one is over the bound: the least used,
+    # then the oldest, goes. Counting first is cheap; the ordered search is not.
+    over = cur.execute(
+        "SELECT count(*) > ? FROM macro_next_args WHERE macro_id = ?", (MAX_TEMPLATES, macro_id)
+    ).fetchone()
+    if over is not None and over[0]:
+        cur.execute(
+            """DELETE FROM macro_next_args WHERE rowid = (
+                   SELECT rowid FROM macro_next_args WHERE macro_id = ?
+                   ORDER BY count, last_seq LIMIT 1)""",
+            (macro_id,),
         )
-    ]
-    total = sum(count for _, count in siblings)
-    cur.executemany(
-        "UPDATE macros SET confidence = ?, trigger_count = ? WHERE id = ?",
-        [(confidence(count, total), total, macro_id) for macro_id, count in siblings],
-    )
 
 
 def apply_used(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
