@@ -1,5 +1,8 @@
 """The library an agent imports: ``from producers import MemoryClient``."""
 
 from producers.client import MemoryClient, Message
+from producers.macros import MacroSuggestion
+from producers.prefixes import AllowedPrefix
+from store.fact_reads import Fact, FactChange
 
-__all__ = ["MemoryClient", "Message"]
+__all__ = ["AllowedPrefix", "Fact", "FactChange", "MacroSuggestion", "MemoryClient", "Message"]

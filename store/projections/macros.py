@@ -143,6 +143,15 @@ def _prune_templates(cur: apsw.Cursor, macro_id: int) -> None:
         )
 
 
+def forget_session(cur: apsw.Cursor, session_id: str) -> None:
+    """Drop what the projection keeps of one session (for ``session.forgotten``).
+
+    Learned macros are aggregates over sessions and stay; the session's last call, which
+    holds its arguments, goes, and a later call of that session starts a new chain.
+    """
+    cur.execute("DELETE FROM macro_last_calls WHERE session_id = ?", (session_id,))
+
+
 def apply_used(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     macro_id = event.payload["macro_id"]
     cur.execute(

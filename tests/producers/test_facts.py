@@ -102,3 +102,15 @@ def test_bad_arguments(idle_client: MemoryClient, method: str, args: tuple[Any, 
     assert message in str(caught.value)
     assert idle_client.redis.xlen(names.INBOX_STREAM) == 0  # nothing was sent
     assert idle_client.outbox.last_sent is None
+
+
+def test_public_names() -> None:
+    import producers
+
+    assert sorted(producers.__all__) == producers.__all__
+    for name in producers.__all__:
+        assert getattr(producers, name) is not None
+    for method in ["set_fact", "delete_fact", "facts", "fact_history", "record_tool_call",
+                   "suggest_next_tools", "use_macro", "allow_prefix", "revoke_prefix",
+                   "allowed_prefixes", "is_command_allowed"]:
+        assert callable(getattr(MemoryClient, method)), method

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,8 @@ import orjson
 import pytest
 
 from memq.events import EventType
-from memq.toolcalls import ANY_ARGS, args_pattern
-from store.projections.macros import MAX_TEMPLATES
+from memq.toolcalls import ANY_ARGS, args_pattern, confidence
+from store.projections.macros import MAX_TEMPLATES, forget_session
 from tests.store.eventlog import EventLog, at, event
 
 
@@ -189,3 +190,45 @@ def test_rebuild_gives_the_same_macros(learned: EventLog) -> None:
     row = macro(learned, "terminal", ANY_ARGS, "terminal")
     learned.send(event(EventType.MACRO_USED, {"macro_id": row["id"]}, created_at=at(200)))
     learned.assert_rebuild_equal()
+
+
+def test_counts_stay_consistent_on_a_random_workload(log: EventLog) -> None:
+    rng = random.Random(8)
+    commands = ["git status", "git diff", "ls -la", "make test", "git log -n 3"]
+    calls = []
+    for minute in range(600):
+        tool = rng.choice(["terminal", "read_file", "edit_file", "search"])
+        args: dict[str, Any] = {
+            "terminal": lambda: {"command": rng.choice(commands)},
+            "read_file": lambda: {"path": f"src/m{rng.randrange(5)}.py"},
+            "edit_file": lambda: {"path": f"src/m{rng.randrange(5)}.py", "new": "x"},
+            "search": lambda: {"query": rng.choice(["a b", "c", "d e f"])},
+        }[tool]()
+        calls.append(call(f"s{rng.randrange(7)}", tool, args, minute=minute % 1400))
+    for start in range(0, len(calls), 97):
+        log.send(*calls[start : start + 97])
+    sessions = {c.session_id for c in calls}
+    rows = log.rows("""SELECT id, trigger_tool, trigger_args_pattern, transition_count,
+                              trigger_count, confidence, next_args FROM macros""")
+    totals: dict[tuple[str, str], int] = {}
+    for _, tool, trigger, transitions, _, _, _ in rows:
+        totals[tool, trigger] = totals.get((tool, trigger), 0) + transitions
+    for macro_id, tool, trigger, transitions, trigger_count, stored, next_args in rows:
+        assert trigger_count == totals[tool, trigger]
+        assert stored == confidence(transitions, trigger_count)  # SQL and Python agree exactly
+        templates = log.rows("""SELECT template, count, last_seq FROM macro_next_args
+                                WHERE macro_id = ? ORDER BY count DESC, last_seq DESC""", macro_id)
+        assert 1 <= len(templates) <= MAX_TEMPLATES
+        assert next_args == templates[0][0]
+    assert sum(t for (_, trigger), t in totals.items() if trigger == ANY_ARGS) == (
+        len(calls) - len(sessions))
+    log.assert_rebuild_equal()
+
+
+def test_forgetting_a_session_drops_its_last_call(log: EventLog) -> None:
+    log.send(call("s1", "a", {"path": "secret.txt"}), call("s2", "a", {}))
+    cur = log.conn.cursor()
+    forget_session(cur, "s1")
+    assert log.rows("SELECT session_id FROM macro_last_calls") == [("s2",)]
+    log.send(call("s1", "b", {}))  # a fresh start: no transition from the forgotten call
+    assert log.rows("SELECT count(*) FROM macros")[0][0] == 0
