@@ -84,13 +84,14 @@ def apply_rate(path: Path, events: list[Event]) -> float:
     return len(events) / elapsed
 
 
-def median_ms(action: Callable[[], object], repeat: int = 15) -> float:
-    times = []
+def interleaved_ms(actions: dict[str, Callable[[], object]], repeat: int = 15) -> dict[str, float]:
+    times: dict[str, list[float]] = {name: [] for name in actions}
     for _ in range(repeat):
-        started = time.perf_counter()
-        action()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+        for name, action in actions.items():
+            started = time.perf_counter()
+            action()
+            times[name].append((time.perf_counter() - started) * 1000)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -121,16 +122,18 @@ def main() -> None:
             print(f"  {name:<30} {rate:>9,.0f} events/s   x{rate / baseline:.2f} of baseline")
         facts_db = base / "r0-1.db"
         reader = open_connection(facts_db, readonly=True)
+        reads = {
+            "list_facts (baseline)": lambda: list_facts(reader),
+            "fact_history(one key)": lambda: fact_history(reader, "cat7", "key7"),
+            "relevant_facts(query, 5)": lambda: relevant_facts(reader, "which editor?", 5),
+        }
+        times = interleaved_ms(reads)
         keys = len(list_facts(reader))
-        listing = median_ms(lambda: list_facts(reader))
-        history = median_ms(lambda: fact_history(reader, "cat7", "key7"))
-        search = median_ms(lambda: relevant_facts(reader, "which editor and shell?", 5))
-        print(f"reads, {keys} facts from {args.events} fact.set events (median of 15):")
-        print(f"  list_facts (baseline)          {listing:>8.2f} ms")
-        print(f"  fact_history(one key)          {history:>8.2f} ms   x{history / listing:.2f}")
-        print(f"  relevant_facts(query, 5)       {search:>8.2f} ms   x{search / listing:.2f}")
+        print(f"reads, {keys} facts from {args.events} fact.set events (median of 15, "
+              "interleaved):")
+        for name, ms in times.items():
+            print(f"  {name:<30} {ms:>8.2f} ms   x{ms / times['list_facts (baseline)']:.2f}")
         reader.close()
-
 
 if __name__ == "__main__":
     main()
