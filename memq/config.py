@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memq.errors import ConfigError
+from memq.approvals import normalize_prefix
+from memq.errors import ConfigError, ValidationError
 from memq.schedule import validate_timezone
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -60,6 +61,12 @@ class RetrievalConfig:
     importance_limit: int = 5
     semantic_threshold: float = 0.65
     semantic_limit: int = 5
+    include_facts: bool = False
+    facts_limit: int = 5
+
+    def __post_init__(self) -> None:
+        if self.facts_limit < 1:
+            raise ConfigError(f"[retrieval] facts_limit must be at least 1, got {self.facts_limit}")
 
 
 @dataclass(frozen=True)
@@ -100,8 +107,32 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class MacrosConfig:
+    min_confidence: float = 0.5
+    suggest_limit: int = 5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_confidence <= 1.0:
+            raise ConfigError(
+                f"[macros] min_confidence must be between 0.0 and 1.0, got {self.min_confidence}"
+            )
+        if self.suggest_limit < 1:
+            raise ConfigError(
+                f"[macros] suggest_limit must be at least 1, got {self.suggest_limit}"
+            )
+
+
+@dataclass(frozen=True)
 class TerminalConfig:
     allowed_prefixes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A typo in an approval must fail at start, not silently approve nothing.
+        for prefix in self.allowed_prefixes:
+            try:
+                normalize_prefix(prefix)
+            except ValidationError as exc:
+                raise ConfigError(f"[terminal] allowed_prefixes: {prefix!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -132,6 +163,7 @@ class Config:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     terminal: TerminalConfig = field(default_factory=TerminalConfig)
     ops: OpsConfig = field(default_factory=OpsConfig)
+    macros: MacrosConfig = field(default_factory=MacrosConfig)
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -236,6 +268,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "scheduler": SchedulerConfig,
     "terminal": TerminalConfig,
     "ops": OpsConfig,
+    "macros": MacrosConfig,
 }
 
 

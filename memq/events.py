@@ -155,7 +155,17 @@ SCHEMAS: dict[str, Schema] = {
             "force": Field(bool, required=False),
         },
     ),
-    EventType.FACT_DELETED: Schema(1, {"category": Field(str), "key": Field(str)}),
+    EventType.FACT_DELETED: Schema(
+        1,
+        {
+            "category": Field(str),
+            "key": Field(str),
+            # Optional so an operator's bare deletion still works: without a source the
+            # deletion is unconditional; with one, the user-fact guard of fact.set applies.
+            "source": Field(str, choices=FACT_SOURCES, required=False),
+            "force": Field(bool, required=False),
+        },
+    ),
     EventType.MACRO_OBSERVED: Schema(
         1, {"tool": Field(str), "args": Field(dict)}, needs_session=True
     ),

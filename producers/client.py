@@ -23,7 +23,10 @@ from memq.clock import normalize_rfc3339, now_rfc3339, uuid7
 from memq.config import Config
 from memq.errors import ValidationError
 from memq.events import ROLES, Event, EventType, check_identifier, check_payload
+from producers.facts import FactsMixin
+from producers.macros import MacrosMixin
 from producers.outbox import Outbox
+from producers.prefixes import PrefixesMixin
 from producers.tasks import TasksMixin
 from store.reader import ReadPool
 
@@ -44,7 +47,7 @@ class Message:
     tool_calls: list[Any] | None = None
 
 
-class MemoryClient(TasksMixin):
+class MemoryClient(FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin):
     """One agent process's handle on memq. Thread-safe for reads; use one per thread to write."""
 
     def __init__(
@@ -167,7 +170,7 @@ def message_from_row(row: tuple[Any, ...]) -> Message:
 
 
 def _role(role: Any) -> str:
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise ValidationError(f"role must be one of {', '.join(sorted(ROLES))}, got {role!r}")
     return str(role)
 

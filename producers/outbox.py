@@ -32,6 +32,11 @@ class Outbox:
         self.last_sent: tuple[int, int] | None = None
         self._buffer: list[bytes] | None = None
 
+    @property
+    def buffered(self) -> int:
+        """Events sent inside :meth:`batched` and not yet handed to Redis."""
+        return len(self._buffer or ())
+
     def send(self, event: Event) -> None:
         raw = encode(event)
         if self._buffer is not None:

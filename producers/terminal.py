@@ -14,7 +14,8 @@ no line continuation, no unterminated quote, no control or invisible character (
 newline excepted), and no non-ASCII character outside quoted arguments. Anything the
 tokenizer does not fully understand is refused: the matcher fails closed. A trusted
 scheduled task skips the check entirely. Approvals themselves are plain word sequences
-(see :func:`normalize_prefix`).
+(see :func:`normalize_prefix`, which lives in :mod:`memq.approvals` so the writer and the
+configuration check approvals with the same rule).
 """
 
 from __future__ import annotations
@@ -24,16 +25,11 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from memq.approvals import normalize_prefix
 from memq.errors import ValidationError
 
 __all__ = ["is_command_allowed", "normalize_prefix"]
 
-_PREFIX_METACHARS = frozenset(";&|`$()<>\n'\"\\")
-_PREFIX_WORD = re.compile(r"[A-Za-z0-9_./:@+,=-]+")
-_KEYWORDS = frozenset(
-    {"if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until"}
-    | {"do", "done", "function", "coproc"}
-)
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
 _FORBIDDEN_BARE = frozenset("$`()<!")
 _FD_DUP = re.compile(r">&[0-9]+(?=[ \t\n;&|]|$)")
@@ -47,37 +43,6 @@ class _Reject(Exception):
 class _Word:
     text: str
     bare: bool  # no quote and no escape anywhere in the word
-
-
-def normalize_prefix(command: str) -> str:
-    """Return the stored form of an "Always allow" approval, or raise ValidationError."""
-    if not isinstance(command, str):
-        raise ValidationError("prefix must be a string")
-    if "\x00" in command:
-        raise ValidationError("prefix contains a NUL character")
-    for ch in command:
-        if ch in _PREFIX_METACHARS:
-            raise ValidationError(f"prefix contains a shell metacharacter {ch!r}")
-        if not ch.isascii():
-            raise ValidationError(f"prefix contains a non-ASCII character {ch!r}")
-        if unicodedata.category(ch) == "Cc" and ch != "\t":
-            raise ValidationError(f"prefix contains a control character {ch!r}")
-    words = command.split()
-    if not words:
-        raise ValidationError("prefix is empty")
-    _check_prefix_words(words)
-    return " ".join(words)
-
-
-def _check_prefix_words(words: list[str]) -> None:
-    for word in words:
-        if not _PREFIX_WORD.fullmatch(word):
-            bad = next(ch for ch in word if not _PREFIX_WORD.fullmatch(ch))
-            raise ValidationError(f"prefix contains an unsupported character {bad!r}")
-    if words[0] in _KEYWORDS:
-        raise ValidationError(f"prefix starts with the shell keyword {words[0]!r}")
-    if "=" in words[0]:
-        raise ValidationError("prefix starts with an environment assignment")
 
 
 def is_command_allowed(command: str, prefixes: Iterable[str], *, trusted: bool = False) -> bool:

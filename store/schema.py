@@ -134,13 +134,46 @@ def _import_legacy(cur: apsw.Cursor) -> None:
         import_legacy_messages(cur)
 
 
+def _macro_learning(cur: apsw.Cursor) -> None:
+    # The seed's macros columns stay; the counts behind `confidence` are added so it can
+    # be recomputed exactly, one row per (trigger, pattern, next tool). Candidate next
+    # arguments and each session's last call are projections too (rebuilt from the log).
+    cur.execute(
+        """
+        ALTER TABLE macros ADD COLUMN transition_count INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE macros ADD COLUMN trigger_count INTEGER NOT NULL DEFAULT 0;
+        CREATE UNIQUE INDEX macros_by_transition
+            ON macros(trigger_tool, trigger_args_pattern, next_tool);
+
+        CREATE TABLE macro_next_args (
+            macro_id INTEGER NOT NULL,
+            template TEXT NOT NULL,
+            count    INTEGER NOT NULL,
+            last_seq INTEGER NOT NULL,
+            PRIMARY KEY (macro_id, template)
+        );
+
+        CREATE TABLE macro_last_calls (
+            session_id TEXT PRIMARY KEY,
+            tool       TEXT NOT NULL,
+            args_json  TEXT NOT NULL,
+            seq        INTEGER NOT NULL
+        );
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_event_log", _event_log),
     Migration("0002_projections", _projections),
     Migration("0003_import_legacy_messages", _import_legacy),
+    Migration("0004_macro_learning", _macro_learning),
 ]
 
-PROJECTION_TABLES = ("messages", "facts", "macros", "scheduled_tasks", "terminal_allowed_prefixes")
+PROJECTION_TABLES = (
+    "messages", "facts", "macros", "scheduled_tasks", "terminal_allowed_prefixes",
+    "macro_next_args", "macro_last_calls",
+)
 """Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping."""
 
 

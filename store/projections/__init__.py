@@ -18,7 +18,7 @@ import apsw
 from memq.errors import InvalidEvent
 from memq.events import Event
 from store.effects import Effects
-from store.projections import messages, tasks
+from store.projections import facts, macros, messages, prefixes, tasks
 
 Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
 BatchApplier = Callable[[apsw.Cursor, list[tuple[int, Event]], Effects], None]
@@ -26,6 +26,9 @@ BatchApplier = Callable[[apsw.Cursor, list[tuple[int, Event]], Effects], None]
 APPLIERS: dict[str, Applier] = {
     **messages.APPLIERS,
     **tasks.APPLIERS,
+    **facts.APPLIERS,
+    **macros.APPLIERS,
+    **prefixes.APPLIERS,
 }
 
 BATCH_APPLIERS: dict[str, BatchApplier] = {

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.redis
 BAD_APPENDS: list[tuple[dict[str, Any], str]] = [
     ({"role": "robot"}, "role must be one of assistant, system, tool, user, got 'robot'"),
     ({"role": None}, "role must be one of"),
+    ({"role": ["user"]}, "role must be one of"),
     ({"content": None}, "content must be a string, got NoneType"),
     ({"content": b"bytes"}, "content must be a string, got bytes"),
     ({"content": "x" * (64 * 1024 + 1)}, "over the 65536 byte limit"),

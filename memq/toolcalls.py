@@ -1,0 +1,217 @@
+"""How recorded tool calls become macros: the learning rule, pure, shared by client and writer.
+
+The learning rule. Within one session every recorded call B is a transition from the call
+A recorded just before it. The writer counts it twice: under A's tool and *argument
+pattern* (A's arguments with the values that vary from call to call replaced by
+placeholders — ``<path>``, ``<num>``, ``<str>`` for quoted text, ``<uuid>``, ``<url>``,
+``<hex>`` for hashes, ``<text>`` for long text — while flags, sub-commands and other bare
+words stay literal, so ``git commit -m "fix"`` is ``git commit -m <str>``), and under A's
+tool alone (pattern ``*``), so a tool whose arguments never repeat still learns. For each
+(A tool, pattern, B tool) it keeps n(A→B) and n(A), the transitions out of A under that
+pattern, and sets confidence = (n(A→B) + 1) / (n(A) + 4): additive smoothing with alpha = 1
+and k = 4, i.e. the posterior mean of P(B follows A) under a Beta(1, 3) prior. One
+observation gives 0.40, two consistent ones 0.50, ten 0.79, and the estimate tends to the
+observed frequency as evidence grows, so a single accident is never suggested at the
+default threshold (0.5). k is fixed rather than the number of successors seen, so each
+row is an independent yes/no estimate that does not jump when a new successor first
+appears. B's arguments are kept as a template: a string equal to one of A's string
+values becomes a reference ``${key}`` to it (``read_file(path)`` → ``edit_file(path)``
+suggests the path just read), long text becomes ``<text>``, other values stay as they
+were; ``next_args`` is the template seen most often after A (ties: the latest).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+ANY_ARGS = "*"
+"""The pattern of the tool-level row, which matches a call whatever its arguments."""
+
+PRIOR_HITS = 1.0
+"""alpha: pseudo-observations of "B followed A" added to every estimate."""
+
+PRIOR_TOTAL = 4.0
+"""alpha*k with k = 4: pseudo-observations of transitions out of A (prior mean 0.25)."""
+
+LONG_TEXT = 200
+"""Strings longer than this are free text, never literal: they become ``<text>``."""
+
+MAX_DEPTH = 32
+"""Nesting deeper than this is summarised as ``<deep>`` instead of walked."""
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+_NUMBER = re.compile(r"\d+(?:[.:]\d+)*")
+_HEX = re.compile(r"(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}")
+_FILE_NAME = re.compile(r"[\w.-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}|\.[A-Za-z][\w.-]*")
+_TOKEN = re.compile(r"""(?:[^\s'"]+|'[^']*'|"(?:[^"\\]|\\.)*")+""")
+_REFERENCE = re.compile(r"\$\{([^{}]+)\}")
+
+
+def confidence(transitions: int, trigger_transitions: int) -> float:
+    """Smoothed P(B follows A) from n(A→B) and n(A)."""
+    return (transitions + PRIOR_HITS) / (trigger_transitions + PRIOR_TOTAL)
+
+
+def args_pattern(args: Mapping[str, Any]) -> str:
+    """The canonical pattern of a call's arguments (JSON, keys sorted)."""
+    return _canonical(_generalise(dict(args), 0))
+
+
+def generalise_text(text: str) -> str:
+    """A string argument with its varying parts replaced by placeholders."""
+    if len(text) > LONG_TEXT:
+        return "<text>"
+    tokens = _tokens(text)
+    if tokens is None:
+        return "<text>"  # an unbalanced quote: free text, not a command line
+    return " ".join(_token_pattern(token) for token in tokens)
+
+
+def shrink_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """``args`` with long strings replaced by ``<text>``: all that learning needs of them."""
+    return dict(_shrink(dict(args), 0))
+
+
+def next_args_template(next_args: Mapping[str, Any], trigger_args: Mapping[str, Any]) -> str:
+    """B's arguments as a template relative to A's (canonical JSON)."""
+    references: dict[str, str] = {}
+    _collect_strings(dict(trigger_args), "", references, 0)
+    return _canonical(_template(dict(next_args), references, 0))
+
+
+def fill_template(template: str, args: Mapping[str, Any]) -> Any:
+    """Resolve a template's ``${key}`` references against ``args``; unknown ones stay."""
+    return _fill(orjson.loads(template), args, 0)
+
+
+# -- patterns -----------------------------------------------------------------------------
+
+
+def _generalise(value: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        return "<deep>"
+    if isinstance(value, dict):
+        return {str(k): _generalise(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [_generalise(v, depth + 1) for v in value]
+        # Lists of like things (file names, ids) match whatever their length.
+        return items[:1] if items and all(i == items[0] for i in items) else items
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return "<num>"
+    if isinstance(value, str):
+        return generalise_text(value)
+    return "<value>"
+
+
+def _tokens(text: str) -> list[str] | None:
+    tokens, end = [], 0
+    for match in _TOKEN.finditer(text):
+        if text[end : match.start()].strip():
+            return None
+        tokens.append(match.group())
+        end = match.end()
+    return None if text[end:].strip() else tokens
+
+
+def _token_pattern(token: str) -> str:
+    if token.startswith("-") and "=" in token:
+        name, value = token.split("=", 1)
+        return f"{name}={_token_pattern(value)}" if value else token
+    if "'" in token or '"' in token:
+        return "<str>"
+    return _classify(token)
+
+
+def _classify(token: str) -> str:
+    if _UUID.fullmatch(token):
+        return "<uuid>"
+    if _URL.fullmatch(token):
+        return "<url>"
+    if _NUMBER.fullmatch(token):
+        return "<num>"
+    if _HEX.fullmatch(token):
+        return "<hex>"
+    if token not in {".", ".."} and (
+        "/" in token or "\\" in token or token.startswith("~") or _FILE_NAME.fullmatch(token)
+    ):
+        return "<path>"
+    return token
+
+
+def _canonical(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+# -- next-argument templates -------------------------------------------------------------
+
+
+def _shrink(value: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        return "<deep>"
+    if isinstance(value, dict):
+        return {k: _shrink(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shrink(v, depth + 1) for v in value]
+    if isinstance(value, str) and len(value) > LONG_TEXT:
+        return "<text>"
+    return value
+
+
+def _collect_strings(value: Any, path: str, out: dict[str, str], depth: int) -> None:
+    if depth > MAX_DEPTH:
+        return
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _collect_strings(value[key], f"{path}.{key}" if path else str(key), out, depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _collect_strings(item, f"{path}.{index}" if path else str(index), out, depth + 1)
+    elif isinstance(value, str) and len(value) >= 2:
+        out.setdefault(value, path)  # the first path in key order, for determinism
+
+
+def _template(value: Any, references: Mapping[str, str], depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        return "<deep>"
+    if isinstance(value, dict):
+        return {k: _template(v, references, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_template(v, references, depth + 1) for v in value]
+    if isinstance(value, str):
+        if value in references:
+            return "${" + references[value] + "}"
+        return "<text>" if len(value) > LONG_TEXT else value
+    return value
+
+
+def _fill(value: Any, args: Mapping[str, Any], depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        return value
+    if isinstance(value, dict):
+        return {k: _fill(v, args, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, args, depth + 1) for v in value]
+    if isinstance(value, str):
+        match = _REFERENCE.fullmatch(value)
+        if match is not None:
+            return _resolve(args, match.group(1), value)
+    return value
+
+
+def _resolve(args: Any, path: str, missing: str) -> Any:
+    current = args
+    for part in path.split("."):
+        if isinstance(current, Mapping) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
+            current = current[int(part)]
+        else:
+            return missing
+    return current

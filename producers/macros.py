@@ -1,0 +1,111 @@
+"""Learned tool chaining: record tool calls, get the likely next ones, report a macro used.
+
+The learning rule is :mod:`memq.toolcalls`; the writer keeps the counts. A suggestion
+comes from the macros triggered by the tool with the call's argument pattern or with any
+arguments; for each next tool the more confident of the two is kept, and only those at
+or above ``[macros] min_confidence`` are returned, best first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from memq.errors import NotFound, ValidationError
+from memq.events import EventType, check_identifier
+from memq.toolcalls import ANY_ARGS, args_pattern, fill_template, shrink_args
+from producers.mixin import ClientBase
+from store.macro_reads import Macro, candidates, macro_exists
+
+
+@dataclass(frozen=True)
+class MacroSuggestion:
+    macro_id: int
+    tool: str
+    """The tool to call next."""
+    args: Any
+    """Its most usual arguments, with references to this call's arguments filled in;
+    None when none were recorded. Placeholders such as ``<text>`` are for the caller."""
+    confidence: float
+    count: int
+    """How many times this transition was seen."""
+    used_count: int
+    pattern: str
+    """The trigger pattern that matched (``*``: the tool with any arguments)."""
+
+
+class MacrosMixin(ClientBase):
+    def record_tool_call(
+        self, session_id: str, tool: str, args: Mapping[str, Any] | None = None
+    ) -> str:
+        """Record one tool call of a session, for learning; returns the event id."""
+        check_identifier("session_id", session_id,
+                         max_chars=self.config.limits.max_session_id_chars)
+        payload = {"tool": check_identifier("tool", tool), "args": self._tool_args(args)}
+        return self._send(EventType.MACRO_OBSERVED, payload, session_id=session_id)
+
+    def suggest_next_tools(
+        self, tool: str, args: Mapping[str, Any] | None = None
+    ) -> list[MacroSuggestion]:
+        """Likely next calls after ``tool(args)``, best first (committed macros only)."""
+        tool = check_identifier("tool", tool)
+        shrunk = self._tool_args(args)
+        with self.readers.connection() as conn:
+            rows = candidates(conn, tool, args_pattern(shrunk))
+        settings = self.config.macros
+        chosen = [m for m in _best_per_next_tool(rows) if m.confidence >= settings.min_confidence]
+        return [_suggestion(m, shrunk) for m in chosen[: settings.suggest_limit]]
+
+    def use_macro(self, macro_id: int) -> str:
+        """Count one use of a suggested macro; returns the event id."""
+        if isinstance(macro_id, bool) or not isinstance(macro_id, int) or macro_id < 1:
+            raise ValidationError(f"macro_id must be a positive integer, got {macro_id!r:.60}")
+        with self.readers.connection() as conn:
+            if not macro_exists(conn, macro_id):
+                raise NotFound(f"no macro {macro_id}")
+        return self._send(EventType.MACRO_USED, {"macro_id": macro_id})
+
+    def _tool_args(self, args: Mapping[str, Any] | None) -> dict[str, Any]:
+        if args is None:
+            return {}
+        if not isinstance(args, Mapping):
+            raise ValidationError(f"args must be a mapping, got {type(args).__name__}")
+        if not all(isinstance(k, str) for k in args):
+            raise ValidationError("args keys must be strings")
+        shrunk = shrink_args(args)  # learning needs nothing of long text but its presence
+        try:
+            size = len(orjson.dumps(shrunk))
+        except TypeError as exc:
+            raise ValidationError(f"args must be JSON-serialisable: {exc}") from None
+        limit = self.config.limits.max_content_bytes
+        if size > limit:
+            raise ValidationError(f"args are {size} bytes once shortened, over the {limit} limit")
+        return shrunk
+
+
+def _best_per_next_tool(rows: list[Macro]) -> list[Macro]:
+    # The specific pattern and the any-arguments row may both propose a tool: keep the
+    # more confident, the specific one on a tie, then order the survivors best first.
+    best: dict[str, Macro] = {}
+    for macro in rows:
+        current = best.get(macro.next_tool)
+        if current is None or _rank(macro) < _rank(current):
+            best[macro.next_tool] = macro
+    return sorted(best.values(), key=_rank)
+
+
+def _rank(macro: Macro) -> tuple[float, bool, int, int]:
+    return (-macro.confidence, macro.trigger_args_pattern == ANY_ARGS,
+            -macro.transition_count, macro.id)
+
+
+def _suggestion(macro: Macro, args: dict[str, Any]) -> MacroSuggestion:
+    filled = None if macro.next_args is None else fill_template(macro.next_args, args)
+    return MacroSuggestion(
+        macro_id=macro.id, tool=macro.next_tool, args=filled, confidence=macro.confidence,
+        count=macro.transition_count, used_count=macro.used_count,
+        pattern=macro.trigger_args_pattern,
+    )

@@ -1,0 +1,168 @@
+"""The ``macros`` projection: tool transitions learned from ``macro.observed`` events.
+
+The rule itself (patterns, templates, confidence) is :mod:`memq.toolcalls`; this module
+only keeps its counts. Per session, ``macro_last_calls`` holds the previous call; each
+new call adds one transition from it, under the previous call's argument pattern and
+under its tool alone. ``macro_next_args`` counts the argument templates seen after each
+macro, at most :data:`MAX_TEMPLATES` per macro (the least used, then the oldest, goes).
+``created_at`` / ``updated_at`` come from the events, never from the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import apsw
+import orjson
+
+from memq.errors import InvalidEvent
+from memq.events import Event, EventType, check_identifier
+from memq.toolcalls import (
+    ANY_ARGS,
+    PRIOR_HITS,
+    PRIOR_TOTAL,
+    args_pattern,
+    next_args_template,
+)
+from store.effects import Effects
+
+Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
+
+MAX_TEMPLATES = 16
+"""Candidate next-argument templates kept per macro (bounds the table for free text)."""
+
+
+def apply_observed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    tool = check_identifier("tool", event.payload["tool"], error=InvalidEvent)
+    args: dict[str, Any] = event.payload["args"]
+    session = event.session_id
+    previous = cur.execute(
+        "SELECT tool, args_json FROM macro_last_calls WHERE session_id = ?", (session,)
+    ).fetchone()
+    if previous is not None:
+        previous_tool, previous_args = str(previous[0]), orjson.loads(str(previous[1]))
+        learn(cur, previous_tool, previous_args, tool, args, seq, event.created_at)
+    cur.execute(
+        """INSERT INTO macro_last_calls (session_id, tool, args_json, seq) VALUES (?, ?, ?, ?)
+           ON CONFLICT (session_id) DO UPDATE SET
+               tool = excluded.tool, args_json = excluded.args_json, seq = excluded.seq""",
+        (session, tool, orjson.dumps(args).decode(), seq),
+    )
+
+
+def learn(
+    cur: apsw.Cursor, tool: str, args: dict[str, Any], next_tool: str,
+    next_args: dict[str, Any], seq: int, at: str,
+) -> None:
+    """Count one transition ``tool(args)`` → ``next_tool(next_args)``."""
+    template = next_args_template(next_args, args)
+    for pattern in (args_pattern(args), ANY_ARGS):
+        macro_id, current = _count_transition(cur, tool, pattern, next_tool, at)
+        _count_trigger(cur, tool, pattern)
+        _count_template(cur, macro_id, current, template, seq)
+
+
+def _count_transition(
+    cur: apsw.Cursor, tool: str, pattern: str, next_tool: str, at: str
+) -> tuple[int, str | None]:
+    """Add one to n(A→B); returns the macro's id and its current next_args."""
+    key = {"tool": tool, "pattern": pattern, "next": next_tool, "at": at}
+    row = cur.execute(
+        """UPDATE macros SET transition_count = transition_count + 1, updated_at = :at
+           WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern AND next_tool = :next
+           RETURNING id, next_args""",
+        key,
+    ).fetchone()
+    if row is not None:
+        return int(row[0]), None if row[1] is None else str(row[1])
+    # A new successor starts with its siblings' n(A); _count_trigger then adds this one.
+    # (Looked up apart: as a subquery inside the INSERT it cost five times more.)
+    siblings = cur.execute(
+        """SELECT max(trigger_count) FROM macros
+           WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern""",
+        key,
+    ).fetchone()
+    cur.execute(
+        """INSERT INTO macros (trigger_tool, trigger_args_pattern, next_tool, next_args,
+               confidence, used_count, created_at, updated_at, transition_count, trigger_count)
+           VALUES (:tool, :pattern, :next, NULL, 0.0, 0, :at, :at, 1, :n)""",
+        {**key, "n": (siblings[0] if siblings else None) or 0},
+    )
+    return int(cur.getconnection().last_insert_rowid()), None
+
+
+def _count_trigger(cur: apsw.Cursor, tool: str, pattern: str) -> None:
+    # n(A) grew by one, so every successor of A under this pattern gets a new estimate:
+    # memq.toolcalls.confidence, written in SQL (right-hand sides read the old values).
+    cur.execute(
+        """UPDATE macros SET trigger_count = trigger_count + 1,
+               confidence = (transition_count + :hits) / (trigger_count + 1 + :total)
+           WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern""",
+        {"hits": PRIOR_HITS, "total": PRIOR_TOTAL, "tool": tool, "pattern": pattern},
+    )
+
+
+def _count_template(
+    cur: apsw.Cursor, macro_id: int, current: str | None, template: str, seq: int
+) -> None:
+    key = {"id": macro_id, "template": template, "seq": seq}
+    row = cur.execute(
+        """UPDATE macro_next_args SET count = count + 1, last_seq = :seq
+           WHERE macro_id = :id AND template = :template RETURNING count""",
+        key,
+    ).fetchone()
+    count = 1 if row is None else int(row[0])
+    if row is None:
+        cur.execute("INSERT INTO macro_next_args VALUES (:id, :template, 1, :seq)", key)
+        _prune_templates(cur, macro_id)
+    # The template just counted is the latest, so it wins every tie: it becomes next_args
+    # unless the current one was seen strictly more often.
+    if current == template:
+        return
+    best = cur.execute(
+        "SELECT count FROM macro_next_args WHERE macro_id = ? AND template = ?",
+        (macro_id, current),
+    ).fetchone()
+    if best is None or int(best[0]) <= count:
+        cur.execute("UPDATE macros SET next_args = ? WHERE id = ?", (template, macro_id))
+
+
+def _prune_templates(cur: apsw.Cursor, macro_id: int) -> None:
+    # Templates arrive one at a time, so at most one is over the bound: the least used,
+    # then the oldest, goes. Counting first is cheap; the ordered search is not.
+    over = cur.execute(
+        "SELECT count(*) > ? FROM macro_next_args WHERE macro_id = ?", (MAX_TEMPLATES, macro_id)
+    ).fetchone()
+    if over is not None and over[0]:
+        cur.execute(
+            """DELETE FROM macro_next_args WHERE rowid = (
+                   SELECT rowid FROM macro_next_args WHERE macro_id = ?
+                   ORDER BY count, last_seq LIMIT 1)""",
+            (macro_id,),
+        )
+
+
+def forget_session(cur: apsw.Cursor, session_id: str) -> None:
+    """Drop what the projection keeps of one session (for ``session.forgotten``).
+
+    Learned macros are aggregates over sessions and stay; the session's last call, which
+    holds its arguments, goes, and a later call of that session starts a new chain.
+    """
+    cur.execute("DELETE FROM macro_last_calls WHERE session_id = ?", (session_id,))
+
+
+def apply_used(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    macro_id = event.payload["macro_id"]
+    cur.execute(
+        "UPDATE macros SET used_count = used_count + 1, updated_at = ? WHERE id = ?",
+        (event.created_at, macro_id),
+    )
+    if cur.getconnection().changes() == 0:
+        raise InvalidEvent(f"unknown macro {macro_id}")
+
+
+APPLIERS: dict[str, Applier] = {
+    EventType.MACRO_OBSERVED: apply_observed,
+    EventType.MACRO_USED: apply_used,
+}

@@ -1,0 +1,45 @@
+"""The ``terminal_allowed_prefixes`` projection: the "Always allow" approvals in force.
+
+A prefix is stored in its normal form (:func:`memq.approvals.normalize_prefix`); an event
+carrying anything else is rejected, so an operator sees it instead of it silently
+approving nothing. Allowing twice keeps the first ``created_at``; revoking a prefix that
+is not allowed changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import apsw
+
+from memq.approvals import normalize_prefix
+from memq.errors import InvalidEvent, ValidationError
+from memq.events import Event, EventType
+from store.effects import Effects
+
+Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
+
+
+def apply_allowed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    cur.execute(
+        """INSERT INTO terminal_allowed_prefixes (prefix, created_at) VALUES (?, ?)
+           ON CONFLICT (prefix) DO NOTHING""",
+        (_prefix(event), event.created_at),
+    )
+
+
+def apply_revoked(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    cur.execute("DELETE FROM terminal_allowed_prefixes WHERE prefix = ?", (_prefix(event),))
+
+
+def _prefix(event: Event) -> str:
+    try:
+        return normalize_prefix(event.payload["prefix"])
+    except ValidationError as exc:
+        raise InvalidEvent(f"{event.type}: {exc}") from None
+
+
+APPLIERS: dict[str, Applier] = {
+    EventType.PREFIX_ALLOWED: apply_allowed,
+    EventType.PREFIX_REVOKED: apply_revoked,
+}

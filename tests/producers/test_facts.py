@@ -1,0 +1,116 @@
+"""Facts through the client, the inbox and the real writer."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from memq import names
+from memq.config import Config
+from memq.errors import ValidationError
+from producers import MemoryClient
+from tests.conftest import ROOT, memq_command
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def idle_client(config: Config) -> Iterator[MemoryClient]:
+    """A client with no writer running: bad calls must fail before anything is sent."""
+    with MemoryClient(config=config) as memory:
+        yield memory
+
+
+def test_set_read_update_delete(client: MemoryClient) -> None:
+    client.set_fact("prefs", "editor", "vim")
+    client.set_fact("prefs", "shell", "zsh", source="user")
+    client.set_fact("profile", "name", "Ada")
+    client.flush()
+    assert [(f.category, f.key, f.value, f.source) for f in client.facts()] == [
+        ("prefs", "editor", "vim", "agent"), ("prefs", "shell", "zsh", "user"),
+        ("profile", "name", "Ada", "agent")]
+    assert [f.key for f in client.facts("prefs")] == ["editor", "shell"]
+    client.set_fact("prefs", "editor", "helix")
+    client.delete_fact("profile", "name")
+    client.flush()
+    editor = client.facts("prefs")[0]
+    assert (editor.value, editor.created_at < editor.updated_at) == ("helix", True)
+    assert client.facts("profile") == []
+
+
+def test_agent_cannot_overwrite_a_user_fact_unless_forced(client: MemoryClient) -> None:
+    client.set_fact("prefs", "editor", "vim", source="user")
+    ignored = client.set_fact("prefs", "editor", "emacs")  # an agent's guess
+    client.delete_fact("prefs", "editor")                  # and an agent's deletion
+    client.flush()
+    assert [(f.value, f.source) for f in client.facts("prefs")] == [("vim", "user")]
+    forced = client.set_fact("prefs", "editor", "emacs", force=True)
+    client.flush()
+    assert [(f.value, f.source) for f in client.facts("prefs")] == [("emacs", "agent")]
+    history = client.fact_history("prefs", "editor")
+    assert [(c.action, c.value, c.source, c.applied) for c in history] == [
+        ("set", "vim", "user", True), ("set", "emacs", "agent", False),
+        ("deleted", None, "agent", False), ("set", "emacs", "agent", True)]
+    assert (history[1].event_id, history[3].event_id) == (ignored, forced)
+    assert history[3].force is True
+
+
+def test_history_survives_deletion(client: MemoryClient, config: Config) -> None:
+    for value in ["a", "b", "c"]:
+        client.set_fact("notes", "k", value)
+    client.delete_fact("notes", "k", source="user")
+    client.flush()
+    assert client.facts("notes") == []
+    assert [(c.action, c.value) for c in client.fact_history("notes", "k")] == [
+        ("set", "a"), ("set", "b"), ("set", "c"), ("deleted", None)]
+    checked = subprocess.run(memq_command("rebuild", "--check", "--db", config.db_path),
+                             capture_output=True, text=True, cwd=ROOT, check=False)
+    assert (checked.returncode, checked.stdout.strip()) == (0, "projections match the log")
+
+
+BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
+    ("set_fact", (1, "k", "v"), {}, "category must be a string, got int"),
+    ("set_fact", ("", "k", "v"), {}, "category must not be empty"),
+    ("set_fact", ("c", "k" * 201, "v"), {}, "key is 201 characters, over the 200 limit"),
+    ("set_fact", ("c", "a\tb", "v"), {}, "key contains a control character"),
+    ("set_fact", ("c", "k", 3), {}, "value must be a string, got int"),
+    ("set_fact", ("c", "k", "  "), {}, "value must not be empty"),
+    ("set_fact", ("c", "k", "x" * 70_000), {}, "over the 65536 byte limit"),
+    ("set_fact", ("c", "k", "v", "robot"), {}, "source must be one of agent, user, got 'robot'"),
+    ("set_fact", ("c", "k", "v", ["user"]), {}, "source must be one of agent, user"),
+    ("set_fact", ("c", "k", "v"), {"force": "yes"}, "force must be True or False, got 'yes'"),
+    ("delete_fact", (None, "k"), {}, "category must be a string, got NoneType"),
+    ("delete_fact", ("c", " "), {}, "key must not be empty"),
+    ("delete_fact", ("c", "k", "admin"), {}, "source must be one of agent, user"),
+    ("delete_fact", ("c", "k"), {"force": 1}, "force must be True or False, got 1"),
+    ("facts", (7,), {}, "category must be a string, got int"),
+    ("facts", ("",), {}, "category must not be empty"),
+    ("fact_history", ("c", None), {}, "key must be a string, got NoneType"),
+    ("fact_history", ("c\x00", "k"), {}, "category contains a control character"),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "kwargs", "message"), BAD_CALLS,
+                         ids=[f"{m}-{msg[:30]}" for m, _, _, msg in BAD_CALLS])
+def test_bad_arguments(idle_client: MemoryClient, method: str, args: tuple[Any, ...],
+                       kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        getattr(idle_client, method)(*args, **kwargs)
+    assert message in str(caught.value)
+    assert idle_client.redis.xlen(names.INBOX_STREAM) == 0  # nothing was sent
+    assert idle_client.outbox.last_sent is None
+
+
+def test_public_names() -> None:
+    import producers
+
+    assert sorted(producers.__all__) == producers.__all__
+    for name in producers.__all__:
+        assert getattr(producers, name) is not None
+    for method in ["set_fact", "delete_fact", "facts", "fact_history", "record_tool_call",
+                   "suggest_next_tools", "use_macro", "allow_prefix", "revoke_prefix",
+                   "allowed_prefixes", "is_command_allowed"]:
+        assert callable(getattr(MemoryClient, method)), method

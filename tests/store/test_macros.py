@@ -1,0 +1,234 @@
+"""The macros projection: learning transitions per session, counts, templates, rebuild."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from memq.events import EventType
+from memq.toolcalls import ANY_ARGS, args_pattern, confidence
+from store.projections.macros import MAX_TEMPLATES, forget_session
+from tests.store.eventlog import EventLog, at, event
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[EventLog]:
+    db = EventLog(tmp_path)
+    yield db
+    db.close()
+
+
+def call(session: str, tool: str, args: dict[str, Any], minute: int = 0):
+    return event(EventType.MACRO_OBSERVED, {"tool": tool, "args": args}, session=session,
+                 created_at=at(minute))
+
+
+def coding_session(n: int) -> list[tuple[str, dict[str, Any]]]:
+    """What an agent fixing one module does: look, read, edit, test, commit."""
+    module = f"src/mod{n}.py"
+    return [
+        ("terminal", {"command": "git status"}),
+        ("terminal", {"command": "git diff"}),
+        ("read_file", {"path": module}),
+        ("edit_file", {"path": module, "old": f"bug{n}", "new": f"fix{n}"}),
+        ("terminal", {"command": f"pytest tests/test_mod{n}.py -q"}),
+        ("terminal", {"command": "git status"}),
+        ("terminal", {"command": f'git commit -am "fix mod{n}"'}),
+    ]
+
+
+def macro(log: EventLog, tool: str, pattern: str, next_tool: str) -> dict[str, Any]:
+    rows = log.rows(
+        """SELECT id, next_args, confidence, transition_count, trigger_count, used_count,
+                  created_at, updated_at
+           FROM macros WHERE trigger_tool = ? AND trigger_args_pattern = ? AND next_tool = ?""",
+        tool, pattern, next_tool,
+    )
+    assert len(rows) == 1, (tool, pattern, next_tool, rows)
+    keys = ("id", "next_args", "confidence", "transitions", "trigger", "used", "created", "updated")
+    found = dict(zip(keys, rows[0], strict=True))
+    found["next_args"] = orjson.loads(found["next_args"])
+    return found
+
+
+def pattern(**args: Any) -> str:
+    return args_pattern(args)
+
+
+@pytest.fixture
+def learned(log: EventLog) -> EventLog:
+    # Six sessions, their calls interleaved round-robin as concurrent agents would send
+    # them; the last one also strays once to a web search after reading its file.
+    sessions = {f"s{n}": coding_session(n) for n in range(1, 7)}
+    sessions["s6"].insert(3, ("web_search", {"query": "python decorator syntax"}))
+    events, minute = [], 0
+    for step in range(max(len(s) for s in sessions.values())):
+        for session, calls in sessions.items():
+            if step < len(calls):
+                minute += 1
+                events.append(call(session, *calls[step], minute=minute))
+    for start in range(0, len(events), 10):  # several batches, as the writer would see them
+        log.send(*events[start : start + 10])
+    assert log.rejections() == []
+    return log
+
+
+def test_transitions_are_learned_within_sessions_only(learned: EventLog) -> None:
+    # 6 sessions of 7 calls (one of 8): 6 * 6 + 1 transitions, never across sessions.
+    total = learned.rows("SELECT sum(transition_count) FROM macros WHERE trigger_args_pattern = ?",
+                         ANY_ARGS)[0][0]
+    assert total == 37
+    assert learned.rows("SELECT count(*) FROM macro_last_calls")[0][0] == 6
+
+
+def test_read_then_edit_the_same_file(learned: EventLog) -> None:
+    read_edit = macro(learned, "read_file", pattern(path="x.py"), "edit_file")
+    assert read_edit["transitions"] == 5  # s6 searched the web in between
+    assert read_edit["trigger"] == 6
+    assert read_edit["confidence"] == pytest.approx((5 + 1) / (6 + 4))
+    assert read_edit["next_args"]["path"] == "${path}"  # the path just read, not a literal
+    stray = macro(learned, "read_file", pattern(path="x.py"), "web_search")
+    assert stray["confidence"] == pytest.approx((1 + 1) / (6 + 4))
+    assert stray["trigger"] == 6
+
+
+def test_git_status_then_diff_with_the_most_frequent_arguments(learned: EventLog) -> None:
+    status = macro(learned, "terminal", pattern(command="git status"), "terminal")
+    # Each session runs git status twice: once before git diff, once before the commit.
+    assert (status["transitions"], status["trigger"]) == (12, 12)
+    assert status["confidence"] == pytest.approx(13 / 16)
+    assert status["next_args"] == {"command": "git diff"}  # 6 times, each commit message once
+    diff = macro(learned, "terminal", pattern(command="git diff"), "read_file")
+    assert diff["confidence"] == pytest.approx(7 / 10)
+    tests = macro(learned, "terminal", pattern(command="pytest a/b.py -q"), "terminal")
+    assert (tests["transitions"], tests["next_args"]) == (6, {"command": "git status"})
+
+
+def test_tool_level_rows_learn_whatever_the_arguments(learned: EventLog) -> None:
+    to_terminal = macro(learned, "terminal", ANY_ARGS, "terminal")
+    to_read = macro(learned, "terminal", ANY_ARGS, "read_file")
+    assert (to_terminal["transitions"], to_read["transitions"]) == (18, 6)
+    assert to_terminal["trigger"] == to_read["trigger"] == 24
+    assert to_terminal["confidence"] == pytest.approx(19 / 28)
+    assert to_read["confidence"] == pytest.approx(7 / 28)
+    search = macro(learned, "web_search", ANY_ARGS, "edit_file")
+    assert search["transitions"] == 1
+
+
+def test_times_come_from_the_events(learned: EventLog) -> None:
+    first = learned.rows("SELECT min(created_at), max(updated_at) FROM macros")[0]
+    assert first == (at(7), at(43))  # s1's second call .. the last call of all
+
+
+def test_a_new_successor_lowers_its_siblings(log: EventLog) -> None:
+    log.send(*[call("s", tool, {}) for tool in ["a", "b", "a", "b", "a", "b", "a", "c"]])
+    b, c = macro(log, "a", "{}", "b"), macro(log, "a", "{}", "c")
+    assert (b["transitions"], c["transitions"], b["trigger"], c["trigger"]) == (3, 1, 4, 4)
+    assert b["confidence"] == pytest.approx(4 / 8)
+    assert c["confidence"] == pytest.approx(2 / 8)
+
+
+def test_next_args_templates_are_bounded(log: EventLog) -> None:
+    events = []
+    for n in range(MAX_TEMPLATES + 10):
+        events += [call("s", "search", {}), call("s", "open", {"url_id": f"id{n}"})]
+    events += [call("s", "search", {}), call("s", "open", {"url_id": "id3"})]
+    log.send(*events)
+    opened = macro(log, "search", "{}", "open")
+    count = log.rows("SELECT count(*) FROM macro_next_args WHERE macro_id = ?", opened["id"])
+    assert count[0][0] == MAX_TEMPLATES
+    assert opened["next_args"] == {"url_id": "id3"}  # the most frequent (2), not the latest
+
+
+def test_ties_between_templates_go_to_the_latest(log: EventLog) -> None:
+    log.send(call("s", "a", {}), call("s", "b", {"n": 1}), call("s", "a", {}),
+             call("s", "b", {"n": 2}))
+    assert macro(log, "a", "{}", "b")["next_args"] == {"n": 2}
+
+
+def test_macro_used_counts_uses(learned: EventLog) -> None:
+    row = macro(learned, "read_file", pattern(path="x.py"), "edit_file")
+    learned.send(event(EventType.MACRO_USED, {"macro_id": row["id"]}, created_at=at(99)),
+                 event(EventType.MACRO_USED, {"macro_id": row["id"]}, created_at=at(100)))
+    after = macro(learned, "read_file", pattern(path="x.py"), "edit_file")
+    assert (after["used"], after["updated"]) == (2, at(100))
+
+
+@pytest.mark.parametrize(
+    ("etype", "payload", "session", "reason"),
+    [
+        (EventType.MACRO_USED, {"macro_id": 999}, None, "unknown macro 999"),
+        (EventType.MACRO_USED, {"macro_id": 0}, None, "payload.macro_id must be at least 1"),
+        (EventType.MACRO_USED, {"macro_id": "1"}, None, "payload.macro_id must be an integer"),
+        (EventType.MACRO_OBSERVED, {"tool": "a\nb", "args": {}}, "s",
+         "tool contains a control character"),
+        (EventType.MACRO_OBSERVED, {"tool": " ", "args": {}}, "s", "tool must not be empty"),
+        (EventType.MACRO_OBSERVED, {"tool": "t", "args": []}, "s",
+         "payload.args must be an object"),
+        (EventType.MACRO_OBSERVED, {"tool": "t", "args": {}}, None, "session_id must be a string"),
+    ],
+)
+def test_bad_macro_events_are_set_aside(log: EventLog, etype: str, payload: dict[str, Any],
+                                        session: str | None, reason: str) -> None:
+    result = log.send(event(etype, payload, session=session), call("ok", "t", {}))
+    assert (result.rejected, result.applied) == (1, 1)
+    assert reason in log.rejections()[0]
+
+
+def test_a_rejected_call_does_not_break_the_chain(log: EventLog) -> None:
+    log.send(call("s", "a", {}), event(EventType.MACRO_OBSERVED, {"tool": "", "args": {}},
+                                       session="s"), call("s", "b", {}))
+    assert macro(log, "a", "{}", "b")["transitions"] == 1
+
+
+def test_rebuild_gives_the_same_macros(learned: EventLog) -> None:
+    row = macro(learned, "terminal", ANY_ARGS, "terminal")
+    learned.send(event(EventType.MACRO_USED, {"macro_id": row["id"]}, created_at=at(200)))
+    learned.assert_rebuild_equal()
+
+
+def test_counts_stay_consistent_on_a_random_workload(log: EventLog) -> None:
+    rng = random.Random(8)
+    commands = ["git status", "git diff", "ls -la", "make test", "git log -n 3"]
+    calls = []
+    for minute in range(600):
+        tool = rng.choice(["terminal", "read_file", "edit_file", "search"])
+        args: dict[str, Any] = {
+            "terminal": lambda: {"command": rng.choice(commands)},
+            "read_file": lambda: {"path": f"src/m{rng.randrange(5)}.py"},
+            "edit_file": lambda: {"path": f"src/m{rng.randrange(5)}.py", "new": "x"},
+            "search": lambda: {"query": rng.choice(["a b", "c", "d e f"])},
+        }[tool]()
+        calls.append(call(f"s{rng.randrange(7)}", tool, args, minute=minute % 1400))
+    for start in range(0, len(calls), 97):
+        log.send(*calls[start : start + 97])
+    sessions = {c.session_id for c in calls}
+    rows = log.rows("""SELECT id, trigger_tool, trigger_args_pattern, transition_count,
+                              trigger_count, confidence, next_args FROM macros""")
+    totals: dict[tuple[str, str], int] = {}
+    for _, tool, trigger, transitions, _, _, _ in rows:
+        totals[tool, trigger] = totals.get((tool, trigger), 0) + transitions
+    for macro_id, tool, trigger, transitions, trigger_count, stored, next_args in rows:
+        assert trigger_count == totals[tool, trigger]
+        assert stored == confidence(transitions, trigger_count)  # SQL and Python agree exactly
+        templates = log.rows("""SELECT template, count, last_seq FROM macro_next_args
+                                WHERE macro_id = ? ORDER BY count DESC, last_seq DESC""", macro_id)
+        assert 1 <= len(templates) <= MAX_TEMPLATES
+        assert next_args == templates[0][0]
+    assert sum(t for (_, trigger), t in totals.items() if trigger == ANY_ARGS) == (
+        len(calls) - len(sessions))
+    log.assert_rebuild_equal()
+
+
+def test_forgetting_a_session_drops_its_last_call(log: EventLog) -> None:
+    log.send(call("s1", "a", {"path": "secret.txt"}), call("s2", "a", {}))
+    cur = log.conn.cursor()
+    forget_session(cur, "s1")
+    assert log.rows("SELECT session_id FROM macro_last_calls") == [("s2",)]
+    log.send(call("s1", "b", {}))  # a fresh start: no transition from the forgotten call
+    assert log.rows("SELECT count(*) FROM macros")[0][0] == 0
