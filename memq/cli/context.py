@@ -30,8 +30,12 @@ def register(sub: Any) -> None:
 
 def show_context(args: argparse.Namespace) -> int:
     from producers import MemoryClient
+    from store.rebuild import ensure_exists
 
-    with MemoryClient(config=load_config(args)) as client:
+    config = load_config(args)
+    # The library treats a missing file as "no history yet"; here it is a wrong --db.
+    ensure_exists(config.db_path)
+    with MemoryClient(config=config) as client:
         items = client.get_context(args.session, query=args.query)
     for item in items:
         if args.json:
