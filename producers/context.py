@@ -26,11 +26,24 @@ from memq.config import Config
 from memq.embedding import Embedder
 from memq.errors import ValidationError
 from memq.events import check_identifier
-from producers.messages import MESSAGE_COLUMNS, Message, message_from_row
+from producers.messages import MESSAGE_COLUMNS, Message, chronological_key, message_from_row
 from producers.retrieval import Found, Profile, profile_for
 from producers.working_memory import WorkingMemory
 from store.reader import ReadPool
 from store.vector_cache import VectorCache
+
+IMPORTANCE_WINDOW = 1000
+"""Newest turns searched for important ones before the importance index is used."""
+
+_IMPORTANT_BY_INDEX = f"""
+    SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND importance >= ?
+    ORDER BY created_at DESC, seq DESC LIMIT ?"""
+_IMPORTANT_AMONG_NEWEST = f"""
+    SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN (
+        SELECT id FROM (
+            SELECT id, importance FROM messages INDEXED BY messages_by_session
+            WHERE session_id = ? ORDER BY created_at DESC, seq DESC LIMIT ?)
+        WHERE importance >= ? LIMIT ?)"""
 
 
 @dataclass(frozen=True)
@@ -126,18 +139,22 @@ class ContextMixin:
         return self.working_memory.recent(session_id, limit)
 
     def important(self, session_id: str, threshold: float, limit: int) -> list[Message]:
-        committed = self._select(
-            f"""SELECT {MESSAGE_COLUMNS} FROM messages
-                WHERE session_id = ? AND importance >= ?
-                ORDER BY created_at DESC, seq DESC LIMIT ?""",
-            (session_id, threshold, limit),
-        )
+        committed = self._important_committed(session_id, threshold, limit)
         # Read-your-writes: turns sent but not yet committed are only in working memory.
         pending = [m for m in self.working_memory.recent(session_id, self.working_memory.cap)
                    if m.importance >= threshold]
         unique = {m.id: m for m in [*committed, *pending]}
-        newest_first = sorted(unique.values(), key=lambda m: (m.created_at, m.id), reverse=True)
-        return newest_first[:limit]
+        return sorted(unique.values(), key=chronological_key, reverse=True)[:limit]
+
+    def _important_committed(self, session_id: str, threshold: float, limit: int) -> list[Message]:
+        # Where important turns are common, walking back from the newest finds `limit` of
+        # them at once; where they are rare, that walk would read the whole session, and
+        # the importance index is the quick way. Try the first on a bounded window.
+        found = self._select(_IMPORTANT_AMONG_NEWEST, (session_id, IMPORTANCE_WINDOW,
+                                                       threshold, limit))
+        if len(found) < limit:
+            found = self._select(_IMPORTANT_BY_INDEX, (session_id, threshold, limit))
+        return found
 
     def similar(
         self, session_id: str, query: str, threshold: float, limit: int

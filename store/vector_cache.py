@@ -14,6 +14,7 @@ once the cache holds more than ``max_vectors`` vectors (the session in use is ke
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -29,6 +30,9 @@ from store.vector_index import VectorIndex
 
 DEFAULT_MAX_VECTORS = 200_000
 """About 300 MB of float32 at 384 dimensions."""
+
+LOAD_CHUNK = 8192
+"""Rows decoded at a time when a session is loaded or refreshed."""
 
 _HIGH_WATER = "SELECT max(embedded_seq) FROM messages WHERE embedded_seq IS NOT NULL"
 _COLUMNS = "id, embedding, embedding_model, embedding_dim"
@@ -133,10 +137,13 @@ class VectorCache:
             if entry.loaded and high <= entry.last_seen:
                 return
             if entry.loaded:
-                rows = conn.execute(_CHANGED_SINCE, (entry.last_seen, high, session_id))
+                cursor = conn.execute(_CHANGED_SINCE, (entry.last_seen, high, session_id))
             else:
-                rows = conn.execute(_WHOLE_SESSION, (session_id, high))
-            self._apply(entry.index, rows.fetchall())
+                cursor = conn.execute(_WHOLE_SESSION, (session_id, high))
+            # In chunks: a large session's blobs are never all held as bytes at once.
+            while rows := list(itertools.islice(cursor, LOAD_CHUNK)):
+                self._apply(entry.index, rows)
+        entry.index.fit_if_grown()
         # Every row with embedded_seq <= high was committed before ``high`` was read, so
         # later changes to this session all have a larger embedded_seq.
         entry.loaded, entry.last_seen = True, high
@@ -194,7 +201,7 @@ def _upsert_unit(index: VectorIndex, ids: list[str], matrix: np.ndarray) -> None
     if not good.all():
         ids = [i for i, ok in zip(ids, good, strict=True) if ok]
         matrix, norms = matrix[good], norms[good]
-    index.upsert(ids, matrix / norms[:, None])
+    index.upsert(ids, matrix / norms[:, None], fit=False)
 
 
 def _high_water(conn: apsw.Connection) -> int:

@@ -20,6 +20,7 @@ from memq.config import Config, RetrievalConfig, from_mapping
 from memq.embedding import Embedder
 from memq.errors import ConfigError, ValidationError
 from producers import ContextItem, MemoryClient
+from producers import context as context_module
 from producers import retrieval as retrieval_module
 from producers.messages import Message
 from producers.retrieval import Hit, Profile, Recency, Sources
@@ -106,6 +107,20 @@ def test_importance_alone_is_inclusive_and_keeps_the_newest(
     assert ids_of(items) == ids[2:7]
     assert [item.scores["importance"] for item in items] == weights[2:7]
     assert all(item.branches == ("importance",) for item in items)
+
+
+@pytest.mark.parametrize("window", [1, 3, 1000])
+def test_importance_finds_the_same_turns_whether_they_are_rare_or_common(
+    config: Config, clients: list[MemoryClient], monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    # A short window holds fewer than `limit` important turns: the importance index is
+    # used; a long one holds them all: the walk back from the newest is enough.
+    monkeypatch.setattr(context_module, "IMPORTANCE_WINDOW", window)
+    client = make_client(config, recency_limit=0, semantic_limit=0, importance_limit=3)
+    clients.append(client)
+    weights = [0.9, 0.5, 0.85, 0.5, 0.5, 1.0, 0.5, 0.8, 0.5, 0.5]
+    ids = record(client, [FILLER.format(i) for i in range(10)], importance=weights)
+    assert ids_of(client.get_context("s1")) == [ids[2], ids[5], ids[7]]
 
 
 def test_importance_sees_own_appends_before_the_writer_commits(config: Config) -> None:
