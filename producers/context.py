@@ -6,8 +6,8 @@ found it and each branch's score. The semantic branch embeds the query in this p
 with the workers' model (loaded on first use; repeated queries come from a small LRU)
 and searches the session's vectors in :class:`~store.vector_cache.VectorCache`.
 
-The search itself is numpy on one core: BLAS threads compete with the embedding model's
-on a small machine, so run agents with ``OPENBLAS_NUM_THREADS=1`` when both share cores.
+The search is numpy. On a small machine BLAS threads compete with the embedding model's
+threads, so run agents with ``OPENBLAS_NUM_THREADS=1`` when both share the cores.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -26,24 +25,11 @@ from memq.config import Config
 from memq.embedding import Embedder
 from memq.errors import ValidationError
 from memq.events import check_identifier
-from producers.messages import MESSAGE_COLUMNS, Message, chronological_key, message_from_row
+from producers.messages import Message
 from producers.retrieval import Found, Profile, profile_for
-from producers.working_memory import WorkingMemory
+from producers.sources import SessionSources
 from store.reader import ReadPool
 from store.vector_cache import VectorCache
-
-IMPORTANCE_WINDOW = 1000
-"""Newest turns searched for important ones before the importance index is used."""
-
-_IMPORTANT_BY_INDEX = f"""
-    SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND importance >= ?
-    ORDER BY created_at DESC, seq DESC LIMIT ?"""
-_IMPORTANT_AMONG_NEWEST = f"""
-    SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN (
-        SELECT id FROM (
-            SELECT id, importance FROM messages INDEXED BY messages_by_session
-            WHERE session_id = ? ORDER BY created_at DESC, seq DESC LIMIT ?)
-        WHERE importance >= ? LIMIT ?)"""
 
 
 @dataclass(frozen=True)
@@ -109,100 +95,35 @@ class ContextMixin:
     def _setup_context(self) -> None:
         memory, retrieval, embed = self.config.memory, self.config.retrieval, self.config.embed
         self.profile: Profile = profile_for(retrieval)
-        self.working_memory = WorkingMemory(
-            self._load_recent, cap=memory.working_memory_cap, max_sessions=memory.max_sessions
-        )
         self.vector_cache = VectorCache(
             self.readers, model_name=embed.model_name, dim=embed.dim,
             max_vectors=retrieval.vector_cache_max_vectors,
         )
         self.query_vectors = QueryVectors(Embedder(embed), retrieval.query_cache_size)
+        self.sources = SessionSources(
+            self.readers, self.vector_cache, self.query_vectors,
+            cap=memory.working_memory_cap, max_sessions=memory.max_sessions,
+        )
+        self.working_memory = self.sources.working_memory
 
     def get_context(self, session_id: str, query: str | None = None) -> list[ContextItem]:
         """The session's context: every branch of the profile, deduplicated, oldest first.
 
         Without a query the semantic branch is skipped.
         """
-        self._check_session(session_id)
+        check_identifier("session_id", session_id,
+                         max_chars=self.config.limits.max_session_id_chars)
         query = self._check_query(query)
         results = [
-            (strategy.name, strategy.find(self, session_id, query))
+            (strategy.name, strategy.find(self.sources, session_id, query))
             for strategy in self.profile.strategies
         ]
         found = self.profile.combine(results)
-        similarity = self._similarities(session_id, query, found)
+        similarity: dict[str, float] = {}
+        if query is not None and found:
+            similarity = self.sources.similarities(
+                session_id, query, (f.message.id for f in found))
         return [_item(f, similarity.get(f.message.id)) for f in found]
-
-    # -- Sources (read by the strategies) ---------------------------------------------
-
-    def recent(self, session_id: str, limit: int) -> list[Message]:
-        return self.working_memory.recent(session_id, limit)
-
-    def important(self, session_id: str, threshold: float, limit: int) -> list[Message]:
-        committed = self._important_committed(session_id, threshold, limit)
-        # Read-your-writes: turns sent but not yet committed are only in working memory.
-        pending = [m for m in self.working_memory.recent(session_id, self.working_memory.cap)
-                   if m.importance >= threshold]
-        unique = {m.id: m for m in [*committed, *pending]}
-        return sorted(unique.values(), key=chronological_key, reverse=True)[:limit]
-
-    def _important_committed(self, session_id: str, threshold: float, limit: int) -> list[Message]:
-        # Where important turns are common, walking back from the newest finds `limit` of
-        # them at once; where they are rare, that walk would read the whole session, and
-        # the importance index is the quick way. Try the first on a bounded window.
-        found = self._select(_IMPORTANT_AMONG_NEWEST, (session_id, IMPORTANCE_WINDOW,
-                                                       threshold, limit))
-        if len(found) < limit:
-            found = self._select(_IMPORTANT_BY_INDEX, (session_id, threshold, limit))
-        return found
-
-    def similar(
-        self, session_id: str, query: str, threshold: float, limit: int
-    ) -> list[tuple[Message, float]]:
-        if not self._database_exists():
-            return []
-        hits = self.vector_cache.search(session_id, self.query_vectors(query), threshold, limit)
-        rows = {m.id: m for m in self._messages([mid for mid, _ in hits])}
-        gone = [mid for mid, _ in hits if mid not in rows]
-        if gone:  # deleted since they were cached
-            self.vector_cache.discard(session_id, gone)
-        return [(rows[mid], score) for mid, score in hits if mid in rows]
-
-    # -- helpers ----------------------------------------------------------------------
-
-    def _similarities(
-        self, session_id: str, query: str | None, found: list[Found]
-    ) -> dict[str, float]:
-        if query is None or not found or not self._database_exists():
-            return {}
-        vector = self.query_vectors(query)
-        return self.vector_cache.scores(session_id, (f.message.id for f in found), vector)
-
-    def _load_recent(self, session_id: str, limit: int) -> list[Message]:
-        rows = self._select(
-            f"""SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?
-                ORDER BY created_at DESC, seq DESC LIMIT ?""",
-            (session_id, limit),
-        )
-        return rows[::-1]
-
-    def _messages(self, ids: list[str]) -> list[Message]:
-        if not ids:
-            return []
-        marks = ", ".join("?" * len(ids))
-        return self._select(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN ({marks})",
-                            tuple(ids))
-
-    def _select(self, sql: str, params: tuple[Any, ...]) -> list[Message]:
-        # An agent may start before the writer has ever created the database: until then
-        # there is simply no history.
-        if not self._database_exists():
-            return []
-        with self.readers.connection() as conn:
-            return [message_from_row(row) for row in conn.execute(sql, params)]
-
-    def _database_exists(self) -> bool:
-        return Path(self.readers.db_path).exists()
 
     def _remember_appended(self, session_id: str, created_at: str, payload: Any) -> None:
         """Put a just-sent ``message.appended`` payload into working memory."""
@@ -212,10 +133,6 @@ class ContextMixin:
             importance=payload["importance"], tool_call_id=payload.get("tool_call_id"),
             tool_name=payload.get("tool_name"), tool_calls=payload.get("tool_calls"),
         ))
-
-    def _check_session(self, session_id: Any) -> None:
-        check_identifier("session_id", session_id,
-                         max_chars=self.config.limits.max_session_id_chars)
 
     def _check_query(self, query: Any) -> str | None:
         if query is None:

@@ -47,9 +47,7 @@ class VectorIndex:
         self.head_dims = max(1, min(head_dims, dim))
         self._ids: list[str] = []
         self._pos: dict[str, int] = {}
-        self._head = np.zeros((0, self.head_dims), dtype=np.float32)
-        self._tail = np.zeros((0, dim - self.head_dims), dtype=np.float32)
-        self._tail_norm = np.zeros(0, dtype=np.float32)
+        self._allocate(0)
         self._rotation: np.ndarray | None = None
         self._fitted_rows = 0
         self.last_candidates = 0
@@ -131,12 +129,15 @@ class VectorIndex:
 
     def _grow(self, needed: int) -> None:
         # x1.5 keeps the slack (and the copy on growth) moderate for very large sessions.
-        capacity = max(needed, 64, len(self._head) * 3 // 2)
-        for name in ("_head", "_tail", "_tail_norm"):
-            old = getattr(self, name)
-            new = np.zeros((capacity, *old.shape[1:]), dtype=np.float32)
-            new[: len(self._ids)] = old[: len(self._ids)]
-            setattr(self, name, new)
+        n = len(self._ids)
+        head, tail, tail_norm = self._head[:n], self._tail[:n], self._tail_norm[:n]
+        self._allocate(max(needed, 64, len(self._head) * 3 // 2))
+        self._head[:n], self._tail[:n], self._tail_norm[:n] = head, tail, tail_norm
+
+    def _allocate(self, capacity: int) -> None:
+        self._head = np.zeros((capacity, self.head_dims), dtype=np.float32)
+        self._tail = np.zeros((capacity, self.dim - self.head_dims), dtype=np.float32)
+        self._tail_norm = np.zeros(capacity, dtype=np.float32)
 
     def _fit(self) -> None:
         """Rotate the stored rows into their principal axes (uncentred: dot products)."""
@@ -152,6 +153,8 @@ class VectorIndex:
         base = np.eye(self.dim, dtype=np.float32) if self._rotation is None else self._rotation
         self._rotation = base @ turn
         self._fitted_rows = n
+        # Fresh arrays sized to the set: growth while loading left up to half unused.
+        self._allocate(n + max(64, n // 16))
         self._write(slice(0, n), rotated)
 
     # -- searching --------------------------------------------------------------------

@@ -20,8 +20,8 @@ from memq.config import Config, RetrievalConfig, from_mapping
 from memq.embedding import Embedder
 from memq.errors import ConfigError, ValidationError
 from producers import ContextItem, MemoryClient
-from producers import context as context_module
 from producers import retrieval as retrieval_module
+from producers import sources as sources_module
 from producers.messages import Message
 from producers.retrieval import Hit, Profile, Recency, Sources
 from tests.conftest import WriterThread
@@ -115,7 +115,7 @@ def test_importance_finds_the_same_turns_whether_they_are_rare_or_common(
 ) -> None:
     # A short window holds fewer than `limit` important turns: the importance index is
     # used; a long one holds them all: the walk back from the newest is enough.
-    monkeypatch.setattr(context_module, "IMPORTANCE_WINDOW", window)
+    monkeypatch.setattr(sources_module, "IMPORTANCE_WINDOW", window)
     client = make_client(config, recency_limit=0, semantic_limit=0, importance_limit=3)
     clients.append(client)
     weights = [0.9, 0.5, 0.85, 0.5, 0.5, 1.0, 0.5, 0.8, 0.5, 0.5]
