@@ -27,6 +27,9 @@ from producers.messages import MESSAGE_COLUMNS, Message, message_from_row
 from producers.outbox import Outbox
 from store.reader import ReadPool
 
+# Message and its row helpers moved to producers.messages; still importable from here.
+__all__ = ["DEFAULT_IMPORTANCE", "MESSAGE_COLUMNS", "MemoryClient", "Message", "message_from_row"]
+
 DEFAULT_IMPORTANCE = {"user": 0.5, "assistant": 0.5, "tool": 0.3, "system": 0.1}
 """Importance of a message whose caller does not set one, by role."""
 
