@@ -96,7 +96,7 @@ def build_database(path: Path, n: int, base: np.ndarray, texts: list[str],
             for i in range(lo, min(n, lo + BATCH)):
                 mid = uuid7()
                 when = to_rfc3339(start + timedelta(seconds=i))
-                content = f"{texts[a[i]]} Also, {texts[b[i]].lower()}"
+                content = f"{texts[a[i]]} Also, {texts[b[i]][0].lower()}{texts[b[i]][1:]}"
                 entries.append(_entry(Event(uuid7(), EventType.MESSAGE_APPENDED, SESSION, when, {
                     "message_id": mid, "role": "user", "content": content,
                     "importance": 0.9 if important[i] else 0.5})))

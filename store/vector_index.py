@@ -79,7 +79,8 @@ class VectorIndex:
         if self._rotation is not None:
             vectors = vectors @ self._rotation
         fresh: list[int] = []
-        for row, message_id in enumerate(ids):
+        last_row = {message_id: row for row, message_id in enumerate(ids)}  # last one wins
+        for message_id, row in last_row.items():
             at = self._pos.get(message_id)
             if at is None:
                 fresh.append(row)

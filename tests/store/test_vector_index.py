@@ -93,6 +93,14 @@ def test_upsert_replaces_and_remove_keeps_the_rest_searchable() -> None:
     assert [i for i, _ in index.search(q, 0.5, 10)] == brute(rest, kept, q, 0.5, 10)
 
 
+def test_an_id_given_twice_in_one_upsert_keeps_the_last_vector() -> None:
+    matrix = clustered(3)
+    index = VectorIndex(DIM)
+    index.upsert(["a", "b", "a"], matrix)
+    assert len(index) == 2
+    assert index.scores(["a"], matrix[2])["a"] == pytest.approx(1.0, abs=1e-5)
+
+
 def test_empty_index_and_zero_limit_find_nothing() -> None:
     index = VectorIndex(DIM)
     q = clustered(1)[0]
