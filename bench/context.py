@@ -200,7 +200,7 @@ def run_size(n: int, base: np.ndarray, texts: list[str], qvecs: list[np.ndarray]
 def plain_matrix(index: object, dim: int) -> tuple[np.ndarray, list[str]]:
     """The cached vectors back in the original basis, as one float32 matrix."""
     n = len(index)  # type: ignore[arg-type]
-    rotated = np.hstack([index._head[:n], index._tail[:n]])  # type: ignore[attr-defined]
+    rotated = index._rows(np.arange(n))  # type: ignore[attr-defined]
     rotation = index._rotation  # type: ignore[attr-defined]
     matrix = rotated if rotation is None else rotated @ rotation.T
     return np.ascontiguousarray(matrix, dtype=np.float32), list(index._ids)  # type: ignore[attr-defined]
@@ -219,7 +219,7 @@ def report(n: int, build_s: float, cold_ms: float, ctx: list[float], brute: list
     print(f"  naive            p50 {n50:7.2f} ms  p95 {n95:7.2f} ms")
     print(f"  naive / get_context: p50 x{n50 / c50:.1f}, p95 x{n95 / c95:.1f};"
           f"  brute scan / get_context p95: x{b95 / c95:.2f}")
-    print(f"  rows whose tail was read per query: median {int(np.median(candidates)):,} "
+    print(f"  rows whose last block was read per query: median {int(np.median(candidates)):,} "
           f"of {n:,}; same ids as the brute scan: {'yes' if same else 'NO'}")
     print(f"  vector cache {cache_mib:.0f} MiB; process RSS grew {rss_mib:.0f} MiB by loading "
           f"and serving this session; RSS now {memory_kib('VmRSS') / 1024:.0f} MiB, peak "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from store.vector_index import FIT_MIN_ROWS, VectorIndex
+from store.vector_index import BLOCK_EDGES, FIT_MIN_ROWS, VectorIndex
 
 DIM = 384
 
@@ -28,21 +28,23 @@ def brute(ids: list[str], matrix: np.ndarray, q: np.ndarray, threshold: float,
     return [i for s, i in sorted(passing, key=lambda p: -p[0])[:limit]]
 
 
-def build(matrix: np.ndarray) -> tuple[VectorIndex, list[str]]:
+def build(matrix: np.ndarray, edges: tuple[int, ...] = BLOCK_EDGES
+          ) -> tuple[VectorIndex, list[str]]:
     ids = [f"m{i}" for i in range(len(matrix))]
-    index = VectorIndex(DIM)
+    index = VectorIndex(DIM, edges=edges)
     index.upsert(ids, matrix)
     return index, ids
 
 
+@pytest.mark.parametrize("edges", [BLOCK_EDGES, (), (8,), (200, 300, 383), (0, 384, 999)])
 @pytest.mark.parametrize("n", [50, FIT_MIN_ROWS + 500])
-def test_search_equals_brute_force(n: int) -> None:
+def test_search_equals_brute_force(n: int, edges: tuple[int, ...]) -> None:
     matrix = clustered(n)
-    index, ids = build(matrix)
+    index, ids = build(matrix, edges)
     assert index.rotated == (n >= FIT_MIN_ROWS)
     rng = np.random.default_rng(1)
     queries = [unit(matrix[i : i + 1] + 0.3 * rng.standard_normal((1, DIM)))[0]
-               for i in rng.choice(n, 20)]
+               for i in rng.choice(n, 8)]
     for q in queries:
         for threshold, limit in [(0.65, 5), (0.3, 50), (0.9, 3), (-1.0, 10)]:
             found = index.search(q, threshold, limit)
@@ -51,7 +53,7 @@ def test_search_equals_brute_force(n: int) -> None:
             assert all(type(s) is float and s > threshold for _, s in found)
 
 
-def test_pruning_reads_few_tails_on_clustered_data() -> None:
+def test_pruning_reads_the_last_block_of_few_rows_on_clustered_data() -> None:
     matrix = clustered(FIT_MIN_ROWS * 2)
     index, _ = build(matrix)
     index.search(matrix[7], 0.65, 5)
