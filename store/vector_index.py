@@ -23,8 +23,9 @@ from itertools import pairwise
 import numpy as np
 
 BLOCK_EDGES = (32, 96)
-"""Where the column blocks start. In bench/context.py at 100,000 rows, ~10% of the rows
-pass after the first 32 coordinates and ~2% after 96, so a query reads ~15 MB, not 150."""
+"""Where the column blocks start. In bench/context.py at 100,000 rows a median query keeps
+~7% of the rows after the first 32 coordinates and ~2% after 96, so it reads ~16 MB of
+the 150 (a query unrelated to the session is out of reach after the first block)."""
 
 FIT_MIN_ROWS = 4096
 """Below this many rows the identity basis is kept: a full scan takes well under 1 ms."""
