@@ -3,7 +3,8 @@
 A session is loaded once (every embedded message of it), then refreshed incrementally on
 each use: only rows whose ``embedded_seq`` is past the last one seen are read, through the
 ``messages_by_embedded_seq`` index. Blobs are therefore decoded once per process, not on
-every search.
+every search. (That index walk passes over what every session embedded since; only this
+session's rows are read whole, and a session in use is refreshed on every search.)
 
 Only vectors of the configured model and dimension are kept, so two models' vectors are
 never compared; a message re-embedded by another model leaves the cache, and one
