@@ -52,6 +52,10 @@ class MemoryConfig:
     working_memory_cap: int = 50
     max_sessions: int = 1000
 
+    def __post_init__(self) -> None:
+        _at_least("memory", "working_memory_cap", self.working_memory_cap, 1)
+        _at_least("memory", "max_sessions", self.max_sessions, 1)
+
 
 @dataclass(frozen=True)
 class RetrievalConfig:
@@ -63,10 +67,17 @@ class RetrievalConfig:
     semantic_limit: int = 5
     include_facts: bool = False
     facts_limit: int = 5
+    query_cache_size: int = 256
+    vector_cache_max_vectors: int = 200_000
 
     def __post_init__(self) -> None:
-        if self.facts_limit < 1:
-            raise ConfigError(f"[retrieval] facts_limit must be at least 1, got {self.facts_limit}")
+        for key in ("recency_limit", "importance_limit", "semantic_limit"):
+            _at_least("retrieval", key, getattr(self, key), 0)
+        _at_least("retrieval", "facts_limit", self.facts_limit, 1)
+        _at_least("retrieval", "query_cache_size", self.query_cache_size, 1)
+        _at_least("retrieval", "vector_cache_max_vectors", self.vector_cache_max_vectors, 1)
+        _between("retrieval", "importance_threshold", self.importance_threshold, 0.0, 1.0)
+        _between("retrieval", "semantic_threshold", self.semantic_threshold, -1.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -224,6 +235,17 @@ def _check_tz(where: str, tz: str) -> None:
 
 
 _T = TypeVar("_T")
+
+
+def _at_least(section: str, key: str, value: int, low: int) -> None:
+    if value < low:
+        raise ConfigError(f"[{section}] {key} must be at least {low}, got {value}")
+
+
+def _between(section: str, key: str, value: float, low: float, high: float) -> None:
+    # "not low <= value <= high" also catches NaN, which every comparison rejects.
+    if not low <= value <= high:
+        raise ConfigError(f"[{section}] {key} must be between {low} and {high}, got {value}")
 
 
 def _coerce(section: str, key: str, value: Any, default: Any) -> Any:

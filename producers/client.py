@@ -11,7 +11,6 @@ import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,31 +22,23 @@ from memq.clock import normalize_rfc3339, now_rfc3339, uuid7
 from memq.config import Config
 from memq.errors import ValidationError
 from memq.events import ROLES, Event, EventType, check_identifier, check_payload
+from producers.context import ContextMixin
 from producers.facts import FactsMixin
 from producers.macros import MacrosMixin
+from producers.messages import MESSAGE_COLUMNS, Message, message_from_row
 from producers.outbox import Outbox
 from producers.prefixes import PrefixesMixin
 from producers.tasks import TasksMixin
 from store.reader import ReadPool
 
+# Message and its row helpers moved to producers.messages; still importable from here.
+__all__ = ["DEFAULT_IMPORTANCE", "MESSAGE_COLUMNS", "MemoryClient", "Message", "message_from_row"]
+
 DEFAULT_IMPORTANCE = {"user": 0.5, "assistant": 0.5, "tool": 0.3, "system": 0.1}
 """Importance of a message whose caller does not set one, by role."""
 
 
-@dataclass(frozen=True)
-class Message:
-    id: str
-    session_id: str
-    role: str
-    content: str
-    created_at: str
-    importance: float
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    tool_calls: list[Any] | None = None
-
-
-class MemoryClient(FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin):
+class MemoryClient(ContextMixin, FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin):
     """One agent process's handle on memq. Thread-safe for reads; use one per thread to write."""
 
     def __init__(
@@ -64,6 +55,7 @@ class MemoryClient(FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin):
         self.redis = broker.connect(self.config.redis_url)
         self.outbox = Outbox(self.redis, self.config.redis_url)
         self.readers = ReadPool(self.config.db_path)
+        self._setup_context()
 
     @classmethod
     def from_env(cls) -> MemoryClient:
@@ -107,7 +99,11 @@ class MemoryClient(FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin):
             "tool_calls": _tool_calls(tool_calls),
         }
         when = now_rfc3339() if created_at is None else normalize_rfc3339(created_at)
+        # Hydrate before sending: a failed read must leave nothing sent, and the new turn
+        # must not come back from the database a second time.
+        self.working_memory.hydrate(session_id)
         self._send(EventType.MESSAGE_APPENDED, payload, session_id=session_id, created_at=when)
+        self._remember_appended(session_id, when, payload)
         return str(payload["message_id"])
 
     def _send(
@@ -153,20 +149,6 @@ class MemoryClient(FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin):
                 (session_id, limit),
             ).fetchall()
         return [message_from_row(row) for row in reversed(rows)]
-
-
-MESSAGE_COLUMNS = (
-    "id, session_id, role, content, created_at, importance, tool_call_id, tool_name, "
-    "tool_calls_json"
-)
-
-
-def message_from_row(row: tuple[Any, ...]) -> Message:
-    mid, session_id, role, content, created_at, importance, call_id, tool_name, calls = row
-    return Message(
-        mid, session_id, role, content, created_at, importance, call_id, tool_name,
-        tool_calls=None if calls is None else orjson.loads(calls),
-    )
 
 
 def _role(role: Any) -> str:

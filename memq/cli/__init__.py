@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from memq.cli import (
     admin,
+    context,
     dashboard,
     demo,
     metrics,
@@ -24,7 +25,7 @@ from memq.cli import (
 )
 from memq.errors import MemqError
 
-GROUPS = (writer, worker, admin, model, tasks, up, status, dashboard, metrics, demo)
+GROUPS = (writer, worker, admin, model, context, tasks, up, status, dashboard, metrics, demo)
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
 

@@ -1,0 +1,158 @@
+"""``get_context``: what an agent should see of a session before its next turn.
+
+The branches of the configured profile (see :mod:`producers.retrieval`) each find
+messages; the result holds each message once, oldest first, with the branches that
+found it and each branch's score. The semantic branch embeds the query in this process
+with the workers' model (loaded on first use; repeated queries come from a small LRU)
+and searches the session's vectors in :class:`~store.vector_cache.VectorCache`.
+
+The search is numpy. On a small machine BLAS threads compete with the embedding model's
+threads, so run agents with ``OPENBLAS_NUM_THREADS=1`` when both share the cores.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from memq.config import Config
+from memq.embedding import Embedder
+from memq.errors import ValidationError
+from memq.events import check_identifier
+from producers.messages import Message
+from producers.retrieval import Found, Profile, profile_for
+from producers.sources import SessionSources
+from store.reader import ReadPool
+from store.vector_cache import VectorCache
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """One message of a context, and why it is there.
+
+    ``scores`` maps each branch that found the message to its score there: ``recency``
+    the position from the newest (1 = newest), ``importance`` the importance,
+    ``semantic`` the cosine similarity. ``similarity`` is the cosine to the query of any
+    message with a vector of the current model (None without a query or a vector).
+    """
+
+    id: str
+    session_id: str
+    role: str
+    content: str
+    created_at: str
+    importance: float
+    branches: tuple[str, ...]
+    similarity: float | None
+    scores: Mapping[str, float] = field(default_factory=dict, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "session_id": self.session_id, "role": self.role,
+            "content": self.content, "created_at": self.created_at,
+            "importance": self.importance, "branches": list(self.branches),
+            "similarity": self.similarity, "scores": dict(self.scores),
+        }
+
+
+class QueryVectors:
+    """Query text -> unit vector, with the last ``size`` (at least 1) queries remembered."""
+
+    def __init__(self, embedder: Embedder, size: int) -> None:
+        self.embedder = embedder
+        # At least one: get_context asks for the same query's vector twice per call.
+        self.size = max(1, size)
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> np.ndarray:
+        with self._lock:
+            cached = self._cache.get(text)
+            if cached is not None:
+                self._cache.move_to_end(text)
+                return cached
+        vector: np.ndarray = self.embedder.embed([text])[0]
+        vector.setflags(write=False)  # shared between callers through the cache
+        with self._lock:
+            self._cache[text] = vector
+            while len(self._cache) > self.size:
+                self._cache.popitem(last=False)
+        return vector
+
+
+class ContextMixin:
+    """``get_context`` and working memory for :class:`~producers.client.MemoryClient`."""
+
+    config: Config
+    readers: ReadPool
+
+    def _setup_context(self) -> None:
+        memory, retrieval, embed = self.config.memory, self.config.retrieval, self.config.embed
+        self.profile: Profile = profile_for(retrieval)
+        self.vector_cache = VectorCache(
+            self.readers, model_name=embed.model_name, dim=embed.dim,
+            max_vectors=retrieval.vector_cache_max_vectors,
+        )
+        self.query_vectors = QueryVectors(Embedder(embed), retrieval.query_cache_size)
+        self.sources = SessionSources(
+            self.readers, self.vector_cache, self.query_vectors,
+            cap=memory.working_memory_cap, max_sessions=memory.max_sessions,
+        )
+        self.working_memory = self.sources.working_memory
+
+    def get_context(self, session_id: str, query: str | None = None) -> list[ContextItem]:
+        """The session's context: every branch of the profile, deduplicated, oldest first.
+
+        Without a query the semantic branch is skipped.
+        """
+        check_identifier("session_id", session_id,
+                         max_chars=self.config.limits.max_session_id_chars)
+        query = self._check_query(query)
+        results = [
+            (strategy.name, strategy.find(self.sources, session_id, query))
+            for strategy in self.profile.strategies
+        ]
+        found = self.profile.combine(results)
+        similarity: dict[str, float] = {}
+        if query is not None and found:
+            similarity = self.sources.similarities(
+                session_id, query, (f.message.id for f in found))
+        return [_item(f, similarity.get(f.message.id)) for f in found]
+
+    def _remember_appended(self, session_id: str, created_at: str, payload: Any) -> None:
+        """Put a just-sent ``message.appended`` payload into working memory."""
+        self.working_memory.add(Message(
+            id=payload["message_id"], session_id=session_id, role=payload["role"],
+            content=payload["content"], created_at=created_at,
+            importance=payload["importance"], tool_call_id=payload.get("tool_call_id"),
+            tool_name=payload.get("tool_name"), tool_calls=payload.get("tool_calls"),
+        ))
+
+    def _check_query(self, query: Any) -> str | None:
+        if query is None:
+            return None
+        if not isinstance(query, str):
+            raise ValidationError(f"query must be a string or None, got {type(query).__name__}")
+        if not query.strip():
+            raise ValidationError("query must not be blank; pass None to skip the semantic branch")
+        size = len(query.encode("utf-8", "surrogatepass"))
+        if size > self.config.limits.max_content_bytes:
+            limit = self.config.limits.max_content_bytes
+            raise ValidationError(f"query is {size} bytes, over the {limit} byte limit")
+        return query
+
+
+def _item(found: Found, similarity: float | None) -> ContextItem:
+    m = found.message
+    return ContextItem(
+        id=m.id, session_id=m.session_id, role=m.role, content=m.content,
+        created_at=m.created_at, importance=m.importance, branches=tuple(found.scores),
+        similarity=found.scores.get("semantic", similarity),
+        scores=MappingProxyType(dict(found.scores)),
+    )

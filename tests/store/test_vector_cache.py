@@ -1,0 +1,172 @@
+"""The read side's vector cache, fed by real events through the inbox and a real writer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from memq.clock import now_rfc3339, uuid7
+from memq.config import DEFAULT_MODEL_NAME, Config
+from memq.events import Event, EventType
+from producers import MemoryClient
+from store.reader import ReadPool
+from store.vector_cache import VectorCache
+from tests.embedding_events import send_embeddings
+
+pytestmark = pytest.mark.redis
+
+DIM = 384
+
+
+def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((n, DIM))
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture
+def cache(client: MemoryClient, config: Config) -> Iterator[VectorCache]:
+    readers = ReadPool(config.db_path)
+    yield VectorCache(readers, model_name=DEFAULT_MODEL_NAME, dim=DIM)
+    readers.close()
+
+
+def appended(client: MemoryClient, session: str, n: int) -> list[str]:
+    ids = [client.append(session, "user", f"{session} turn {i}") for i in range(n)]
+    client.flush()
+    return ids
+
+
+class RowCounter:
+    """Counts the rows each refresh reads (a spy on the real method)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads: list[int] = []
+        original = VectorCache._apply
+
+        def spy(cache: VectorCache, index: Any, rows: list[Any]) -> None:
+            self.reads.append(len(rows))
+            original(cache, index, rows)
+
+        monkeypatch.setattr(VectorCache, "_apply", spy)
+
+
+def test_session_is_loaded_once_then_refreshed_incrementally(
+    client: MemoryClient, cache: VectorCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = RowCounter(monkeypatch)
+    ids = appended(client, "s1", 6)
+    vectors = unit_vectors(6)
+    send_embeddings(client, ids[:4], vectors[:4])
+    assert [i for i, _ in cache.search("s1", vectors[2], 0.99, 5)] == [ids[2]]
+    cache.search("s1", vectors[1], 0.99, 5)  # nothing changed: no rows read at all
+    send_embeddings(client, ids[4:], vectors[4:])
+    assert [i for i, _ in cache.search("s1", vectors[5], 0.99, 5)] == [ids[5]]
+    assert counter.reads == [4, 2]
+    assert cache.vector_count("s1") == 6
+
+
+def test_other_sessions_never_enter(client: MemoryClient, cache: VectorCache) -> None:
+    mine, theirs = appended(client, "s1", 2), appended(client, "s2", 2)
+    vectors = unit_vectors(4)
+    send_embeddings(client, mine + theirs, vectors)
+    found = cache.search("s1", vectors[2], -1.0, 10)  # s2's own vector as the query
+    assert sorted(i for i, _ in found) == sorted(mine)
+    assert cache.vector_count("s1") == 2
+    cache.refresh("s2")
+    send_embeddings(client, appended(client, "s1", 1), unit_vectors(1, seed=9))
+    cache.refresh("s2")  # s1's new embedding is past s2's mark but not s2's
+    assert cache.vector_count("s2") == 2
+    assert cache.vector_count() == 4
+
+
+def test_only_the_configured_model_and_dimension_are_used(
+    client: MemoryClient, cache: VectorCache
+) -> None:
+    ids = appended(client, "s1", 3)
+    vectors = unit_vectors(3)
+    send_embeddings(client, ids[:1], vectors[:1])
+    send_embeddings(client, ids[1:2], vectors[1:2], model="another/model")
+    small = unit_vectors(1)[:, :16] / np.linalg.norm(unit_vectors(1)[:, :16])
+    send_embeddings(client, ids[2:], small.astype(np.float32))  # right name, 16 dims
+    found = cache.search("s1", vectors[1], -1.0, 10)
+    assert [i for i, _ in found] == [ids[0]]
+
+
+def test_re_embedding_replaces_the_cached_row(client: MemoryClient, cache: VectorCache) -> None:
+    ids = appended(client, "s1", 2)
+    first, second = unit_vectors(2)
+    send_embeddings(client, ids[:1], first[None, :])
+    assert cache.scores("s1", ids, first) == {ids[0]: pytest.approx(1.0, abs=1e-5)}
+    # Another model takes over: its vector is not comparable, so the message leaves.
+    send_embeddings(client, ids[:1], second[None, :], model="another/model")
+    assert cache.scores("s1", ids, first) == {}
+    # The configured model again, with a new vector: the new row replaces the old.
+    send_embeddings(client, ids[:1], second[None, :])
+    assert cache.scores("s1", ids, second) == {ids[0]: pytest.approx(1.0, abs=1e-5)}
+    assert cache.vector_count("s1") == 1
+
+
+def imported(session: str, message_id: str, embedding: list[float], model: str | None) -> Event:
+    payload: dict[str, Any] = {
+        "message_id": message_id, "role": "user", "content": "from the old layout",
+        "importance": 0.5, "created_at": "2025-01-01T00:00:00.000000Z",
+        "embedding_json": orjson.dumps(embedding).decode(), "embedding_model": model,
+    }
+    return Event(id=uuid7(), type=EventType.MESSAGE_IMPORTED, session_id=session,
+                 created_at=now_rfc3339(), payload=payload)
+
+
+def test_legacy_json_embeddings_are_read_and_normalised(
+    client: MemoryClient, cache: VectorCache
+) -> None:
+    vector = unit_vectors(1)[0]
+    client.outbox.send(imported("s1", "legacy-1", [float(x) * 3 for x in vector],
+                                DEFAULT_MODEL_NAME))
+    client.outbox.send(imported("s1", "legacy-2", [float(x) for x in vector], None))
+    client.flush()
+    found = cache.search("s1", vector, 0.99, 5)
+    assert [i for i, _ in found] == ["legacy-1"]  # the one without a model is not used
+    assert found[0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_sessions_beyond_the_vector_bound_are_dropped_least_recent_first(
+    client: MemoryClient, config: Config
+) -> None:
+    readers = ReadPool(config.db_path)
+    cache = VectorCache(readers, model_name=DEFAULT_MODEL_NAME, dim=DIM, max_vectors=5)
+    for session in ("a", "b", "c"):
+        send_embeddings(client, appended(client, session, 2), unit_vectors(2))
+    cache.refresh("a")
+    cache.refresh("b")
+    assert "a" in cache
+    assert "b" in cache
+    cache.refresh("c")  # 6 vectors > 5: a, the least recently used, goes
+    assert "a" not in cache
+    assert "b" in cache
+    assert "c" in cache
+    cache.refresh("a")  # comes back whole when used again
+    assert cache.vector_count("a") == 2
+    assert "b" not in cache
+    readers.close()
+
+
+def test_discard_and_forget(client: MemoryClient, cache: VectorCache) -> None:
+    ids = appended(client, "s1", 2)
+    vectors = unit_vectors(2)
+    send_embeddings(client, ids, vectors)
+    cache.refresh("s1")
+    cache.discard("s1", ids[:1])
+    assert set(cache.scores("s1", ids, vectors[0])) == {ids[1]}
+    cache.forget("s1")
+    assert "s1" not in cache
+    assert set(cache.scores("s1", ids, vectors[0])) == set(ids)  # reloaded from the database
+
+
+@pytest.mark.parametrize(("dim", "max_vectors"), [(0, 10), (384, 0)])
+def test_bad_bounds_are_refused(config: Config, dim: int, max_vectors: int) -> None:
+    with pytest.raises(ValueError, match="must be at least 1"):
+        VectorCache(ReadPool(config.db_path), model_name="m", dim=dim, max_vectors=max_vectors)

@@ -1,0 +1,117 @@
+"""The pruned vector index returns exactly what a brute-force scan returns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from store.vector_index import BLOCK_EDGES, FIT_MIN_ROWS, VectorIndex
+
+DIM = 384
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def clustered(n: int, seed: int = 0) -> np.ndarray:
+    """Unit vectors with most energy in a few directions, like sentence embeddings."""
+    rng = np.random.default_rng(seed)
+    basis = rng.standard_normal((24, DIM))
+    return unit(rng.standard_normal((n, 24)) @ basis + 0.15 * rng.standard_normal((n, DIM)))
+
+
+def brute(ids: list[str], matrix: np.ndarray, q: np.ndarray, threshold: float,
+          limit: int) -> list[str]:
+    scores = matrix.astype(np.float64) @ q.astype(np.float64)
+    passing = [(s, i) for i, s in zip(ids, scores, strict=True) if s > threshold]
+    return [i for s, i in sorted(passing, key=lambda p: -p[0])[:limit]]
+
+
+def build(matrix: np.ndarray, edges: tuple[int, ...] = BLOCK_EDGES
+          ) -> tuple[VectorIndex, list[str]]:
+    ids = [f"m{i}" for i in range(len(matrix))]
+    index = VectorIndex(DIM, edges=edges)
+    index.upsert(ids, matrix)
+    return index, ids
+
+
+@pytest.mark.parametrize("edges", [BLOCK_EDGES, (), (8,), (200, 300, 383), (0, 384, 999)])
+@pytest.mark.parametrize("n", [50, FIT_MIN_ROWS + 500])
+def test_search_equals_brute_force(n: int, edges: tuple[int, ...]) -> None:
+    matrix = clustered(n)
+    index, ids = build(matrix, edges)
+    assert index.rotated == (n >= FIT_MIN_ROWS)
+    rng = np.random.default_rng(1)
+    queries = [unit(matrix[i : i + 1] + 0.3 * rng.standard_normal((1, DIM)))[0]
+               for i in rng.choice(n, 8)]
+    for q in queries:
+        for threshold, limit in [(0.65, 5), (0.3, 50), (0.9, 3), (-1.0, 10)]:
+            found = index.search(q, threshold, limit)
+            expected = brute(ids, matrix, q, threshold, limit)
+            assert [i for i, _ in found] == expected
+            assert all(type(s) is float and s > threshold for _, s in found)
+
+
+def test_pruning_reads_the_last_block_of_few_rows_on_clustered_data() -> None:
+    matrix = clustered(FIT_MIN_ROWS * 2)
+    index, _ = build(matrix)
+    index.search(matrix[7], 0.65, 5)
+    assert index.last_candidates < len(matrix) // 10
+
+
+def test_scores_are_dot_products_in_any_basis() -> None:
+    matrix = clustered(FIT_MIN_ROWS)
+    index, _ids = build(matrix)
+    assert index.rotated
+    got = index.scores(["m3", "m10", "absent"], matrix[3])
+    assert set(got) == {"m3", "m10"}
+    assert got["m3"] == pytest.approx(1.0, abs=1e-5)
+    assert got["m10"] == pytest.approx(float(matrix[10] @ matrix[3]), abs=1e-5)
+
+
+def test_threshold_is_strict() -> None:
+    matrix = clustered(20)
+    index, _ = build(matrix)
+    score = index.scores(["m4"], matrix[0])["m4"]
+    assert "m4" not in [i for i, _ in index.search(matrix[0], score, 20)]
+    below = float(np.nextafter(score, -2.0))
+    assert "m4" in [i for i, _ in index.search(matrix[0], below, 20)]
+
+
+def test_upsert_replaces_and_remove_keeps_the_rest_searchable() -> None:
+    matrix = clustered(FIT_MIN_ROWS + 10)
+    index, ids = build(matrix)
+    index.upsert(["m0"], matrix[1:2])  # m0 now points where m1 does
+    assert index.scores(["m0"], matrix[1])["m0"] == pytest.approx(1.0, abs=1e-5)
+    assert index.remove(["m1", "m2", "nope"]) == 2
+    assert len(index) == len(ids) - 2
+    assert "m1" not in index
+    last = ids[-1]  # moved into a freed row
+    assert index.search(matrix[-1], 0.99, 1)[0][0] == last
+    rest = [i for i in ids if i not in ("m1", "m2")]
+    kept = np.vstack([matrix[1:2], matrix[3:]])
+    q = matrix[5]
+    assert [i for i, _ in index.search(q, 0.5, 10)] == brute(rest, kept, q, 0.5, 10)
+
+
+def test_an_id_given_twice_in_one_upsert_keeps_the_last_vector() -> None:
+    matrix = clustered(3)
+    index = VectorIndex(DIM)
+    index.upsert(["a", "b", "a"], matrix)
+    assert len(index) == 2
+    assert index.scores(["a"], matrix[2])["a"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_empty_index_and_zero_limit_find_nothing() -> None:
+    index = VectorIndex(DIM)
+    q = clustered(1)[0]
+    assert index.search(q, -1.0, 5) == []
+    index.upsert(["a"], q[None, :])
+    assert index.search(q, -1.0, 0) == []
+    assert index.scores([], q) == {}
+
+
+def test_dimension_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="dim must be at least 1"):
+        VectorIndex(0)
