@@ -23,11 +23,12 @@ import numpy as np
 
 from memq.config import Config
 from memq.embedding import Embedder
-from memq.errors import ValidationError
+from memq.errors import StoreError, ValidationError
 from memq.events import check_identifier
 from producers.messages import Message
 from producers.retrieval import Found, Profile, profile_for
 from producers.sources import SessionSources
+from store.fact_search import relevant_facts
 from store.reader import ReadPool
 from store.vector_cache import VectorCache
 
@@ -40,6 +41,8 @@ class ContextItem:
     the position from the newest (1 = newest), ``importance`` the importance,
     ``semantic`` the cosine similarity. ``similarity`` is the cosine to the query of any
     message with a vector of the current model (None without a query or a vector).
+    With ``[retrieval] include_facts``, relevant facts follow the messages as items with
+    ``id`` ``fact:<id>``, role ``system`` and the branch ``fact``.
     """
 
     id: str
@@ -123,7 +126,28 @@ class ContextMixin:
         if query is not None and found:
             similarity = self.sources.similarities(
                 session_id, query, (f.message.id for f in found))
-        return [_item(f, similarity.get(f.message.id)) for f in found]
+        items = [_item(f, similarity.get(f.message.id)) for f in found]
+        return items + self._fact_items(session_id, query)
+
+    def _fact_items(self, session_id: str, query: str | None) -> list[ContextItem]:
+        """Facts relevant to the query, after the messages (``[retrieval] include_facts``)."""
+        retrieval = self.config.retrieval
+        if not retrieval.include_facts or query is None:
+            return []
+        try:
+            with self.readers.connection() as conn:
+                matches = relevant_facts(conn, query, retrieval.facts_limit)
+        except StoreError:
+            return []  # no database yet: no facts either
+        return [
+            ContextItem(
+                id=f"fact:{m.fact.id}", session_id=session_id, role="system",
+                content=f"{m.fact.category}/{m.fact.key}: {m.fact.value}",
+                created_at=m.fact.updated_at, importance=1.0, branches=("fact",),
+                similarity=None, scores=MappingProxyType({"fact": m.score}),
+            )
+            for m in matches
+        ]
 
     def _remember_appended(self, session_id: str, created_at: str, payload: Any) -> None:
         """Put a just-sent ``message.appended`` payload into working memory."""

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from memq import names
-from memq.config import Config
+from memq.config import Config, RetrievalConfig
 from memq.errors import ValidationError
 from producers import MemoryClient
 from tests.conftest import ROOT, memq_command
@@ -114,3 +114,22 @@ def test_public_names() -> None:
                    "suggest_next_tools", "use_macro", "allow_prefix", "revoke_prefix",
                    "allowed_prefixes", "is_command_allowed"]:
         assert callable(getattr(MemoryClient, method)), method
+
+
+def test_get_context_includes_relevant_facts_when_configured(
+    config: Config, writer: object
+) -> None:
+    on = config.replace(retrieval=RetrievalConfig(include_facts=True, facts_limit=2))
+    with MemoryClient(config=on) as client:
+        client.set_fact("travel", "airline", "prefers TAP to Lisbon", source="user")
+        client.set_fact("food", "diet", "vegetarian", source="user")
+        client.append("s1", "user", "hello")
+        client.flush()
+        items = client.get_context("s1")  # no query: no facts
+        assert [i.branches for i in items] == [("recency",)]
+        facts = [i for i in client.get_context("s1", "which airline to Lisbon?")
+                 if i.branches == ("fact",)]
+        assert [f.content for f in facts] == ["travel/airline: prefers TAP to Lisbon"]
+        assert facts[0].id.startswith("fact:")
+    with MemoryClient(config=config) as client:  # off by default
+        assert all(i.branches != ("fact",) for i in client.get_context("s1", "airline Lisbon"))
