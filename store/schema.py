@@ -163,18 +163,62 @@ def _macro_learning(cur: apsw.Cursor) -> None:
     )
 
 
+def _fts(cur: apsw.Cursor) -> None:
+    # The lexical index of message content. Contentless (the text stays in `messages`
+    # only) and keyed by the message's `seq`, which is stable across `memq rebuild` and
+    # VACUUM, unlike the implicit rowid; the unique index makes "one message per event",
+    # which the key relies on, the schema's guarantee. Triggers, not the appliers, keep
+    # it in step: every statement that inserts, deletes or rewrites a message (the
+    # batch applier, imports, summaries, a rebuild's DELETE) updates it in the same
+    # transaction, including appliers written later.
+    #
+    # `session` holds one token per session ('s' + hex of the id's UTF-8 + 'x': hex
+    # alone could be split or stemmed; no Porter rule strips an 'x'), so a query
+    # intersects with its session inside FTS5 instead of ranking every session's
+    # matches. store/lexical.py builds the same token.
+    cur.execute(
+        """
+        CREATE UNIQUE INDEX messages_by_seq ON messages(seq);
+        CREATE VIRTUAL TABLE messages_fts USING fts5(
+            content, session,
+            content = '', contentless_delete = 1,
+            tokenize = 'porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER messages_fts_inserted AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts (rowid, content, session)
+            VALUES (new.seq, new.content, 's' || hex(new.session_id) || 'x');
+        END;
+        CREATE TRIGGER messages_fts_deleted AFTER DELETE ON messages BEGIN
+            DELETE FROM messages_fts WHERE rowid = old.seq;
+        END;
+        CREATE TRIGGER messages_fts_changed AFTER UPDATE OF content, session_id, seq
+        ON messages BEGIN
+            DELETE FROM messages_fts WHERE rowid = old.seq;
+            INSERT INTO messages_fts (rowid, content, session)
+            VALUES (new.seq, new.content, 's' || hex(new.session_id) || 'x');
+        END;
+        INSERT INTO messages_fts (rowid, content, session)
+            SELECT seq, content, 's' || hex(session_id) || 'x' FROM messages;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_event_log", _event_log),
     Migration("0002_projections", _projections),
     Migration("0003_import_legacy_messages", _import_legacy),
     Migration("0004_macro_learning", _macro_learning),
+    Migration("0006_fts", _fts),
 ]
 
 PROJECTION_TABLES = (
     "messages", "facts", "macros", "scheduled_tasks", "terminal_allowed_prefixes",
     "macro_next_args", "macro_last_calls",
 )
-"""Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping."""
+"""Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping.
+
+(``messages_fts`` is rebuilt too, by the triggers on ``messages``; it cannot be compared
+row by row, having no rows to read, so it is not listed.)"""
 
 
 def _has_table(cur: apsw.Cursor, name: str) -> bool:
