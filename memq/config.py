@@ -69,10 +69,24 @@ class RetrievalConfig:
     facts_limit: int = 5
     query_cache_size: int = 256
     vector_cache_max_vectors: int = 200_000
+    # The `recall` profile (see producers/fusion.py for what each one means).
+    recall_budget: int = 20
+    recall_recency_limit: int = 4
+    recall_importance_limit: int = 2
+    recall_candidates: int = 50
+    recall_lexical_weight: float = 0.5
+    recall_min_z: float = 0.5
+    recall_neighbour_share: float = 0.7
 
     def __post_init__(self) -> None:
-        for key in ("recency_limit", "importance_limit", "semantic_limit"):
+        for key in ("recency_limit", "importance_limit", "semantic_limit",
+                    "recall_recency_limit", "recall_importance_limit"):
             _at_least("retrieval", key, getattr(self, key), 0)
+        _at_least("retrieval", "recall_budget", self.recall_budget, 1)
+        _at_least("retrieval", "recall_candidates", self.recall_candidates, 1)
+        _between("retrieval", "recall_lexical_weight", self.recall_lexical_weight, 0.0, 1.0)
+        _between("retrieval", "recall_neighbour_share", self.recall_neighbour_share, 0.0, 1.0)
+        _between("retrieval", "recall_min_z", self.recall_min_z, -10.0, 10.0)
         _at_least("retrieval", "facts_limit", self.facts_limit, 1)
         _at_least("retrieval", "query_cache_size", self.query_cache_size, 1)
         _at_least("retrieval", "vector_cache_max_vectors", self.vector_cache_max_vectors, 1)

@@ -39,8 +39,13 @@ class ContextItem:
 
     ``scores`` maps each branch that found the message to its score there: ``recency``
     the position from the newest (1 = newest), ``importance`` the importance,
-    ``semantic`` the cosine similarity. ``similarity`` is the cosine to the query of any
-    message with a vector of the current model (None without a query or a vector).
+    ``semantic`` the cosine similarity; the ``recall`` profile's relevance branch adds
+    ``lexical`` (BM25), ``semantic_z`` (standard deviations above the session's mean
+    cosine), ``neighbour`` (the share inherited from the turn before) and ``fused``.
+    ``similarity`` is the cosine to the query of any message with a vector of the
+    current model (None without a query or a vector); ``lexical`` and ``fused`` repeat
+    those scores (None where that evidence is absent), and ``neighbour_of`` names the
+    turn whose relevance a turn inherited, when that is why it is here.
     With ``[retrieval] include_facts``, relevant facts follow the messages as items with
     ``id`` ``fact:<id>``, role ``system`` and the branch ``fact``.
     """
@@ -54,6 +59,9 @@ class ContextItem:
     branches: tuple[str, ...]
     similarity: float | None
     scores: Mapping[str, float] = field(default_factory=dict, hash=False)
+    lexical: float | None = None
+    fused: float | None = None
+    neighbour_of: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +69,7 @@ class ContextItem:
             "content": self.content, "created_at": self.created_at,
             "importance": self.importance, "branches": list(self.branches),
             "similarity": self.similarity, "scores": dict(self.scores),
+            "lexical": self.lexical, "fused": self.fused, "neighbour_of": self.neighbour_of,
         }
 
 
@@ -176,7 +185,9 @@ def _item(found: Found, similarity: float | None) -> ContextItem:
     m = found.message
     return ContextItem(
         id=m.id, session_id=m.session_id, role=m.role, content=m.content,
-        created_at=m.created_at, importance=m.importance, branches=tuple(found.scores),
+        created_at=m.created_at, importance=m.importance, branches=tuple(found.branches),
         similarity=found.scores.get("semantic", similarity),
         scores=MappingProxyType(dict(found.scores)),
+        lexical=found.scores.get("lexical"), fused=found.scores.get("fused"),
+        neighbour_of=found.neighbour_of,
     )

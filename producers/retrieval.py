@@ -7,29 +7,40 @@ function that combines what they found. ``[retrieval] profile`` names the profil
     tri-hybrid   recency (last N turns of working memory)
                + importance (importance ≥ threshold, newest first)
                + semantic (cosine to the query > threshold, best first)
+    recall       recency (a few last turns) + importance (a few)
+               + relevance: lexical (BM25) and semantic evidence fused, with the turn
+                 after each match (see :mod:`producers.fusion`), filling what is left
+                 of a total budget of ``recall_budget`` items
 
-Strategies read through :class:`Sources` (the client implements it), so a new branch —
-a lexical one, say — is a class with ``name`` and ``find``, and a new profile is one
-entry in :data:`PROFILES`.
+Strategies read through :class:`Sources` (the client implements it), so a new branch is
+a class with ``name`` and ``find``, and a new profile is one entry in :data:`PROFILES`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from memq.config import RetrievalConfig
 from memq.errors import ConfigError
+from producers import fusion
 from producers.messages import Message, chronological_key
 
 
 @dataclass(frozen=True)
 class Hit:
-    """A message one branch found, with that branch's score for it."""
+    """A message one branch found, with that branch's score for it.
+
+    A branch that weighs several kinds of evidence (``relevance``) also says which found
+    the message (``branches``) and gives each score by name (``details``).
+    """
 
     message: Message
     score: float
+    details: Mapping[str, float] = field(default_factory=dict, hash=False)
+    branches: tuple[str, ...] = ()
+    neighbour_of: str | None = None
 
 
 class Sources(Protocol):
@@ -47,6 +58,18 @@ class Sources(Protocol):
         self, session_id: str, query: str, threshold: float, limit: int
     ) -> list[tuple[Message, float]]:
         """Up to ``limit`` turns with cosine to ``query`` > ``threshold``, best first."""
+        ...
+
+    def lexical(self, session_id: str, query: str, limit: int) -> list[tuple[Message, float]]:
+        """Up to ``limit`` turns matching the query's words, best BM25 score first."""
+        ...
+
+    def semantic_moments(self, session_id: str, query: str) -> tuple[float, float] | None:
+        """Mean and standard deviation of the query's cosine over the session's turns."""
+        ...
+
+    def following(self, session_id: str, ids: Iterable[str]) -> dict[str, Message]:
+        """The turn right after each of ``ids`` in the session (id -> next turn)."""
         ...
 
 
@@ -100,11 +123,70 @@ class Semantic:
 
 
 @dataclass(frozen=True)
+class Lexical:
+    """Turns matching the query's words (FTS5, BM25), best first; score = BM25."""
+
+    limit: int
+    name: str = "lexical"
+
+    def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]:
+        if query is None or self.limit <= 0:
+            return []
+        return [Hit(m, score) for m, score in sources.lexical(session_id, query, self.limit)]
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """Lexical and calibrated semantic evidence fused, plus the turn after each match.
+
+    Each kind of evidence gives up to ``candidates`` turns (semantic ones at least
+    ``min_z`` standard deviations above the session's mean cosine); the successors of
+    the best ``limit`` are looked up, and the best ``limit`` turns are returned, best
+    first. Scores and rules: :mod:`producers.fusion`.
+    """
+
+    limit: int
+    candidates: int
+    lexical_weight: float
+    min_z: float
+    neighbour_share: float
+    name: str = "relevance"
+
+    def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]:
+        if query is None or self.limit <= 0:
+            return []
+        lexical = sources.lexical(session_id, query, self.candidates)
+        moments = sources.semantic_moments(session_id, query)
+        semantic = []
+        if moments is not None:
+            threshold = moments[0] + self.min_z * moments[1]
+            semantic = sources.similar(session_id, query, threshold, self.candidates)
+        ranked = fusion.fuse(lexical, semantic, moments, self.lexical_weight)
+        if self.neighbour_share > 0:
+            heads = [c.message.id for c in ranked[: self.limit]]
+            after = sources.following(session_id, heads)
+            ranked = fusion.with_neighbours(ranked, after, self.neighbour_share)
+        return [Hit(c.message, c.fused, c.scores(), c.branches, c.neighbour_of)
+                for c in ranked[: self.limit]]
+
+
+@dataclass
 class Found:
-    """One message of the combined result and the score each branch that found it gave."""
+    """One message of the combined result: the branches that found it and their scores."""
 
     message: Message
     scores: dict[str, float] = field(default_factory=dict)
+    branches: list[str] = field(default_factory=list)
+    neighbour_of: str | None = None
+
+    def add(self, branch: str, hit: Hit) -> None:
+        """Record ``branch``'s hit; the first score under each name is kept."""
+        for name in hit.branches or (branch,):
+            if name not in self.branches:
+                self.branches.append(name)
+        for name, score in (hit.details or {branch: hit.score}).items():
+            self.scores.setdefault(name, score)
+        self.neighbour_of = self.neighbour_of or hit.neighbour_of
 
 
 BranchHits = Sequence[tuple[str, list[Hit]]]
@@ -119,9 +201,27 @@ def union(results: BranchHits) -> list[Found]:
     found: dict[str, Found] = {}
     for branch, hits in results:
         for hit in hits:
-            item = found.setdefault(hit.message.id, Found(hit.message))
-            item.scores.setdefault(branch, hit.score)
+            found.setdefault(hit.message.id, Found(hit.message)).add(branch, hit)
     return sorted(found.values(), key=lambda f: chronological_key(f.message))
+
+
+def budgeted(limit: int) -> Combiner:
+    """Like :func:`union`, but at most ``limit`` messages: earlier branches first, each
+    branch's hits in its order, a message found again costing nothing."""
+
+    def combine(results: BranchHits) -> list[Found]:
+        found: dict[str, Found] = {}
+        for branch, hits in results:
+            for hit in hits:
+                item = found.get(hit.message.id)
+                if item is None and len(found) >= limit:
+                    continue
+                if item is None:
+                    item = found[hit.message.id] = Found(hit.message)
+                item.add(branch, hit)
+        return sorted(found.values(), key=lambda f: chronological_key(f.message))
+
+    return combine
 
 
 @dataclass(frozen=True)
@@ -142,7 +242,23 @@ def tri_hybrid(config: RetrievalConfig) -> Profile:
     )
 
 
-PROFILES: dict[str, Callable[[RetrievalConfig], Profile]] = {"tri-hybrid": tri_hybrid}
+def recall(config: RetrievalConfig) -> Profile:
+    budget = config.recall_budget
+    return Profile(
+        "recall",
+        (
+            Recency(min(config.recall_recency_limit, budget)),
+            Importance(config.importance_threshold, config.recall_importance_limit),
+            Relevance(budget, config.recall_candidates, config.recall_lexical_weight,
+                      config.recall_min_z, config.recall_neighbour_share),
+        ),
+        budgeted(budget),
+    )
+
+
+PROFILES: dict[str, Callable[[RetrievalConfig], Profile]] = {
+    "tri-hybrid": tri_hybrid, "recall": recall,
+}
 """Profile name -> builder from the ``[retrieval]`` settings."""
 
 

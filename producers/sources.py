@@ -14,10 +14,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import apsw
 import numpy as np
+import orjson
 
 from producers.messages import MESSAGE_COLUMNS, Message, chronological_key, message_from_row
 from producers.working_memory import WorkingMemory
+from store import lexical
 from store.reader import ReadPool
 from store.vector_cache import VectorCache
 
@@ -36,6 +39,14 @@ _IMPORTANT_AMONG_NEWEST = f"""
             SELECT id, importance FROM messages INDEXED BY messages_by_session
             WHERE session_id = ? ORDER BY created_at DESC, seq DESC LIMIT ?)
         WHERE importance >= ? LIMIT ?)"""
+# Row values: turns that share a timestamp (an import) are ordered by their position.
+_NEXT_COLUMNS = ", ".join(f"n.{c.strip()}" for c in MESSAGE_COLUMNS.split(","))
+_FOLLOWING = f"""
+    SELECT m.id, {_NEXT_COLUMNS} FROM messages m JOIN messages n ON n.id = (
+        SELECT id FROM messages WHERE session_id = m.session_id
+            AND (created_at, seq) > (m.created_at, m.seq)
+        ORDER BY created_at, seq LIMIT 1)
+    WHERE m.id IN (SELECT value FROM json_each(?)) AND m.session_id = ?"""
 
 
 class SessionSources:
@@ -78,6 +89,35 @@ class SessionSources:
         if not self.database_exists():
             return {}
         return self.vector_cache.scores(session_id, ids, self.query_vector(query))
+
+    def lexical(self, session_id: str, query: str, limit: int) -> list[tuple[Message, float]]:
+        """Up to ``limit`` committed turns matching ``query``'s words, best BM25 first."""
+        if not self.database_exists():
+            return []
+        with self.readers.connection() as conn:
+            try:
+                hits = lexical.search(conn, session_id, query, limit)
+            except apsw.SQLError as exc:
+                if "no such table" in str(exc):
+                    return []  # a database the writer has not migrated yet: no index
+                raise
+        rows = {m.id: m for m in self.messages([mid for mid, _ in hits])}
+        return [(rows[mid], score) for mid, score in hits if mid in rows]
+
+    def semantic_moments(self, session_id: str, query: str) -> tuple[float, float] | None:
+        """Mean and standard deviation of the query's cosine over the session's vectors."""
+        if not self.database_exists():
+            return None
+        return self.vector_cache.moments(session_id, self.query_vector(query))
+
+    def following(self, session_id: str, ids: Iterable[str]) -> dict[str, Message]:
+        """The committed turn right after each of ``ids`` in the session, if there is one."""
+        wanted = orjson.dumps(list(ids)).decode()
+        if wanted == "[]" or not self.database_exists():
+            return {}
+        with self.readers.connection() as conn:
+            rows = conn.execute(_FOLLOWING, (wanted, session_id)).fetchall()
+        return {str(row[0]): message_from_row(row[1:]) for row in rows}
 
     def load_recent(self, session_id: str, limit: int) -> list[Message]:
         """The last ``limit`` committed turns, oldest first (hydrates working memory)."""

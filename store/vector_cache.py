@@ -104,6 +104,15 @@ class VectorCache:
             self._refresh(session_id, entry)
             return entry.index.scores(ids, query)
 
+    def moments(self, session_id: str, query: np.ndarray) -> tuple[float, float] | None:
+        """Mean and spread of the cosine of ``query`` over the session (see VectorIndex)."""
+        entry = self._entry(session_id)
+        with entry.lock:
+            self._refresh(session_id, entry)
+            found = entry.index.moments(query)
+        self._evict(keep=session_id)
+        return found
+
     def refresh(self, session_id: str) -> None:
         """Bring the session up to date with the database now (searches do it anyway)."""
         entry = self._entry(session_id)

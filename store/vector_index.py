@@ -39,6 +39,9 @@ FIT_SAMPLE = 20_000
 BOUND_SLACK = 1e-4
 """Margin for float32 rounding between a bound and the exact score."""
 
+MOMENTS_SAMPLE = 2048
+"""Rows, evenly spaced, from which a query's score distribution over a set is estimated."""
+
 
 class VectorIndex:
     """Unit vectors keyed by id; exact threshold + top-k search by dot product."""
@@ -202,6 +205,21 @@ class VectorIndex:
         rows = np.fromiter(found.values(), dtype=np.int64, count=len(found))
         values = self._precise(rows, self._split(query))
         return {message_id: float(v) for message_id, v in zip(found, values, strict=True)}
+
+    def moments(self, query: np.ndarray) -> tuple[float, float] | None:
+        """Mean and standard deviation of ``query``'s dot product over the set.
+
+        Exact up to :data:`MOMENTS_SAMPLE` rows, estimated from that many evenly spaced
+        rows beyond (a calibration needs the spread, not every score). None when empty.
+        """
+        n = len(self._ids)
+        if n == 0:
+            return None
+        rows = slice(0, n) if n <= MOMENTS_SAMPLE else np.linspace(0, n - 1, MOMENTS_SAMPLE,
+                                                                    dtype=np.int64)
+        pairs = zip(self._blocks, self._split(query), strict=True)
+        scores = np.asarray(sum(block[rows] @ part for block, part in pairs), dtype=np.float64)
+        return float(scores.mean()), float(scores.std())
 
     def _precise(self, rows: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
         """Scores of a few rows in float64, summed row by row.
