@@ -132,9 +132,9 @@ class ContextMixin:
         ]
         found = self.profile.combine(results)
         similarity: dict[str, float] = {}
-        if query is not None and found:
-            similarity = self.sources.similarities(
-                session_id, query, (f.message.id for f in found))
+        unscored = [f.message.id for f in found if "semantic" not in f.scores]
+        if query is not None and unscored:
+            similarity = self.sources.similarities(session_id, query, unscored)
         items = [_item(f, similarity.get(f.message.id)) for f in found]
         return items + self._fact_items(session_id, query)
 

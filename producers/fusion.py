@@ -19,23 +19,21 @@ the development conversations (bench/retrieval.py):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-
-from producers.messages import Message
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One turn and the evidence for it; ``fused`` is what it is ranked by."""
+    """One turn (by id) and the evidence for it; ``fused`` is what it is ranked by."""
 
-    message: Message
+    id: str
     lexical: float | None = None
-    """BM25 score (larger is better), if the lexical branch found it."""
+    """BM25 score (larger is better), if the turn matches the query's words."""
     similarity: float | None = None
-    """Cosine to the query, if the semantic branch found it."""
+    """Cosine to the query, if the turn has a vector."""
     z: float | None = None
-    """Standard deviations of the cosine above the session's mean, if found semantically."""
+    """Standard deviations of the cosine above the session's mean, if enough to count."""
     own: float = 0.0
     """Fused score of its own evidence, in [0, 1]."""
     inherited: float = 0.0
@@ -61,64 +59,64 @@ class Candidate:
 
 
 def fuse(
-    lexical: Sequence[tuple[Message, float]],
-    semantic: Sequence[tuple[Message, float]],
+    ids: Iterable[str],
+    bm25: Mapping[str, float],
+    cosine: Mapping[str, float],
     moments: tuple[float, float] | None,
     lexical_weight: float,
+    min_z: float,
 ) -> list[Candidate]:
-    """Every turn either branch found, best ``own`` score first (ties: newer first).
+    """Score each turn of ``ids``; best ``own`` score first (ties: the later id first).
 
-    ``lexical`` holds (turn, BM25), ``semantic`` (turn, cosine); ``moments`` is the mean
-    and standard deviation of the query's cosine over the session (None: no semantic
-    evidence can be calibrated, so it is not used).
+    ``bm25`` holds the query's lexical matches in the session (id -> BM25; its best is
+    the best match of all), ``cosine`` the candidates' cosine to the query, ``moments``
+    the mean and standard deviation of the query's cosine over the session (None: no
+    semantic evidence can be calibrated, so none is used). A cosine counts as evidence
+    if its z is at least ``min_z``.
     """
-    found: dict[str, Candidate] = {}
-    best = max((score for _, score in lexical), default=0.0)
-    for message, score in lexical:
-        share = score / best if best > 0 else 0.0
-        found[message.id] = Candidate(message, lexical=score, own=lexical_weight * share)
-    for message, similarity, z, share in _calibrated(semantic, moments):
-        seen = found.get(message.id, Candidate(message))
-        found[message.id] = replace(seen, similarity=similarity, z=z,
-                                    own=seen.own + (1 - lexical_weight) * share)
-    return _ranked(found.values())
+    zs = _z_scores(cosine, moments, min_z)
+    best_bm25 = max(bm25.values(), default=0.0)
+    best_z = max(zs.values(), default=0.0)
+    found = []
+    for mid in ids:
+        lexical, z = bm25.get(mid), zs.get(mid)
+        lexical_share = lexical / best_bm25 if lexical is not None and best_bm25 > 0 else 0.0
+        semantic_share = max(z, 0.0) / best_z if z is not None and best_z > 0 else 0.0
+        own = lexical_weight * lexical_share + (1 - lexical_weight) * semantic_share
+        found.append(Candidate(mid, lexical, cosine.get(mid), z, own))
+    return _ranked(found)
 
 
-def _calibrated(
-    semantic: Sequence[tuple[Message, float]], moments: tuple[float, float] | None
-) -> list[tuple[Message, float, float, float]]:
-    """(turn, cosine, z, z / best z) for each semantic hit; nothing without a spread."""
+def _z_scores(cosine: Mapping[str, float], moments: tuple[float, float] | None,
+              min_z: float) -> dict[str, float]:
+    """id -> z of each cosine that counts; none without a spread to calibrate by."""
     if moments is None or not moments[1] > 1e-9:
-        return []  # no vectors, or all alike: a z would be noise
+        return {}  # no vectors, or all alike: a z would be noise
     mean, spread = moments
-    zs = [(message, cosine, (cosine - mean) / spread) for message, cosine in semantic]
-    best = max((z for _, _, z in zs), default=0.0)
-    return [(m, cosine, z, max(z, 0.0) / best if best > 0 else 0.0) for m, cosine, z in zs]
+    zs = {mid: (value - mean) / spread for mid, value in cosine.items()}
+    return {mid: z for mid, z in zs.items() if z >= min_z}
 
 
 def with_neighbours(
-    ranked: Sequence[Candidate], following: Mapping[str, Message], share: float
+    ranked: Iterable[Candidate], following: Mapping[str, str], share: float
 ) -> list[Candidate]:
-    """Add what each candidate's next turn (``following``: id -> next turn) inherits.
+    """Add what each candidate's next turn (``following``: id -> next id) inherits.
 
     A turn that is a candidate already keeps its evidence and gains the inheritance only
     if that is larger than its own score; from several predecessors, the largest counts.
     """
-    found = {c.message.id: c for c in ranked}
+    ranked = list(ranked)
+    found = {c.id: c for c in ranked}
     for candidate in ranked:
-        after = following.get(candidate.message.id)
+        after = following.get(candidate.id)
         inherited = share * candidate.own
         if after is None or inherited <= 0.0:
             continue
-        current = found.get(after.id, Candidate(after))
+        current = found.get(after, Candidate(after))
         if inherited > max(current.own, current.inherited):
-            found[after.id] = replace(current, inherited=inherited,
-                                      neighbour_of=candidate.message.id)
+            found[after] = replace(current, inherited=inherited, neighbour_of=candidate.id)
     return _ranked(found.values())
 
 
 def _ranked(candidates: Iterable[Candidate]) -> list[Candidate]:
-    items = list(candidates)
-    items.sort(key=lambda c: (c.message.created_at, c.message.id), reverse=True)
-    items.sort(key=lambda c: c.fused, reverse=True)
-    return items
+    return sorted(candidates, key=lambda c: (c.fused, c.id), reverse=True)

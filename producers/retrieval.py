@@ -60,8 +60,26 @@ class Sources(Protocol):
         """Up to ``limit`` turns with cosine to ``query`` > ``threshold``, best first."""
         ...
 
+    def similar_scores(
+        self, session_id: str, query: str, threshold: float, limit: int
+    ) -> list[tuple[str, float]]:
+        """Like :meth:`similar`, ids and cosines only (no rows read)."""
+        ...
+
     def lexical(self, session_id: str, query: str, limit: int) -> list[tuple[Message, float]]:
         """Up to ``limit`` turns matching the query's words, best BM25 score first."""
+        ...
+
+    def lexical_scores(self, session_id: str, query: str, limit: int) -> list[tuple[str, float]]:
+        """Ids and BM25 scores of up to ``limit`` turns matching the query, best first."""
+        ...
+
+    def similarities(self, session_id: str, query: str, ids: Iterable[str]) -> dict[str, float]:
+        """Cosine of the query to each of ``ids`` that has a vector."""
+        ...
+
+    def messages(self, ids: list[str]) -> list[Message]:
+        """The committed turns with these ids (any order; unknown ids are left out)."""
         ...
 
     def semantic_moments(self, session_id: str, query: str) -> tuple[float, float] | None:
@@ -135,6 +153,11 @@ class Lexical:
         return [Hit(m, score) for m, score in sources.lexical(session_id, query, self.limit)]
 
 
+LEXICAL_EVIDENCE = 1000
+"""Lexical matches read per query: the candidates, and the BM25 of semantic candidates
+that are not among them (FTS5 scores every match to sort them anyway)."""
+
+
 @dataclass(frozen=True)
 class Relevance:
     """Lexical and calibrated semantic evidence fused, plus the turn after each match.
@@ -155,19 +178,32 @@ class Relevance:
     def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]:
         if query is None or self.limit <= 0:
             return []
-        lexical = sources.lexical(session_id, query, self.candidates)
+        ranked = self._fused(sources, session_id, query)
+        turns: dict[str, Message] = {}
+        if self.neighbour_share > 0:
+            after = sources.following(session_id, [c.id for c in ranked[: self.limit]])
+            turns = {m.id: m for m in after.values()}
+            following = {mid: m.id for mid, m in after.items()}
+            ranked = fusion.with_neighbours(ranked, following, self.neighbour_share)
+        best = ranked[: self.limit]
+        turns.update((m.id, m) for m in sources.messages([c.id for c in best
+                                                           if c.id not in turns]))
+        return [Hit(turns[c.id], c.fused, c.scores(), c.branches, c.neighbour_of)
+                for c in best if c.id in turns]  # (a turn deleted meanwhile is skipped)
+
+    def _fused(self, sources: Sources, session_id: str, query: str) -> list[fusion.Candidate]:
+        """The candidates of both kinds, each with all the evidence there is for it."""
+        bm25 = sources.lexical_scores(session_id, query, LEXICAL_EVIDENCE)
         moments = sources.semantic_moments(session_id, query)
-        semantic = []
+        cosine: dict[str, float] = {}
         if moments is not None:
             threshold = moments[0] + self.min_z * moments[1]
-            semantic = sources.similar(session_id, query, threshold, self.candidates)
-        ranked = fusion.fuse(lexical, semantic, moments, self.lexical_weight)
-        if self.neighbour_share > 0:
-            heads = [c.message.id for c in ranked[: self.limit]]
-            after = sources.following(session_id, heads)
-            ranked = fusion.with_neighbours(ranked, after, self.neighbour_share)
-        return [Hit(c.message, c.fused, c.scores(), c.branches, c.neighbour_of)
-                for c in ranked[: self.limit]]
+            cosine = dict(sources.similar_scores(session_id, query, threshold,
+                                                 self.candidates))
+        lexical_only = [mid for mid, _ in bm25[: self.candidates] if mid not in cosine]
+        cosine.update(sources.similarities(session_id, query, lexical_only))
+        return fusion.fuse([*cosine, *lexical_only], dict(bm25), cosine, moments,
+                           self.lexical_weight, self.min_z)
 
 
 @dataclass

@@ -59,6 +59,7 @@ class SessionSources:
         self.readers = readers
         self.vector_cache = vector_cache
         self.query_vector = query_vector
+        self._database_seen = False
         self.working_memory = WorkingMemory(self.load_recent, cap=cap, max_sessions=max_sessions)
 
     def recent(self, session_id: str, limit: int) -> list[Message]:
@@ -75,14 +76,20 @@ class SessionSources:
     def similar(
         self, session_id: str, query: str, threshold: float, limit: int
     ) -> list[tuple[Message, float]]:
-        if not self.database_exists():
-            return []
-        hits = self.vector_cache.search(session_id, self.query_vector(query), threshold, limit)
+        hits = self.similar_scores(session_id, query, threshold, limit)
         rows = {m.id: m for m in self.messages([mid for mid, _ in hits])}
         gone = [mid for mid, _ in hits if mid not in rows]
         if gone:  # deleted since they were cached
             self.vector_cache.discard(session_id, gone)
         return [(rows[mid], score) for mid, score in hits if mid in rows]
+
+    def similar_scores(
+        self, session_id: str, query: str, threshold: float, limit: int
+    ) -> list[tuple[str, float]]:
+        """Ids and cosines of up to ``limit`` turns with cosine > ``threshold``, best first."""
+        if not self.database_exists():
+            return []
+        return self.vector_cache.search(session_id, self.query_vector(query), threshold, limit)
 
     def similarities(self, session_id: str, query: str, ids: Iterable[str]) -> dict[str, float]:
         """Cosine of the query to each of ``ids`` that has a vector of the current model."""
@@ -92,17 +99,21 @@ class SessionSources:
 
     def lexical(self, session_id: str, query: str, limit: int) -> list[tuple[Message, float]]:
         """Up to ``limit`` committed turns matching ``query``'s words, best BM25 first."""
+        hits = self.lexical_scores(session_id, query, limit)
+        rows = {m.id: m for m in self.messages([mid for mid, _ in hits])}
+        return [(rows[mid], score) for mid, score in hits if mid in rows]
+
+    def lexical_scores(self, session_id: str, query: str, limit: int) -> list[tuple[str, float]]:
+        """Ids and BM25 scores of up to ``limit`` committed matching turns, best first."""
         if not self.database_exists():
             return []
         with self.readers.connection() as conn:
             try:
-                hits = lexical.search(conn, session_id, query, limit)
+                return lexical.search(conn, session_id, query, limit)
             except apsw.SQLError as exc:
                 if "no such table" in str(exc):
                     return []  # a database the writer has not migrated yet: no index
                 raise
-        rows = {m.id: m for m in self.messages([mid for mid, _ in hits])}
-        return [(rows[mid], score) for mid, score in hits if mid in rows]
 
     def semantic_moments(self, session_id: str, query: str) -> tuple[float, float] | None:
         """Mean and standard deviation of the query's cosine over the session's vectors."""
@@ -131,7 +142,10 @@ class SessionSources:
                             tuple(ids))
 
     def database_exists(self) -> bool:
-        return Path(self.readers.db_path).exists()
+        # Once there, a database stays: stat it only until it has appeared.
+        if not self._database_seen:
+            self._database_seen = Path(self.readers.db_path).exists()
+        return self._database_seen
 
     def _important_committed(self, session_id: str, threshold: float, limit: int) -> list[Message]:
         # Where important turns are common, walking back from the newest finds `limit` of

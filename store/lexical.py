@@ -16,6 +16,7 @@ database, while the match is restricted to one session inside FTS5, by a session
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import apsw
 
@@ -80,5 +81,6 @@ def search(
     expression = match_expression(session_id, query)
     if expression is None or limit <= 0:
         return []
-    rows = conn.execute(_SEARCH, (*BM25_WEIGHTS, expression, limit))
-    return [(str(mid), float(score)) for mid, score in rows]
+    rows = conn.execute(_SEARCH, (*BM25_WEIGHTS, expression, limit)).fetchall()
+    # The columns are TEXT and REAL by construction; no per-row conversion needed.
+    return cast("list[tuple[str, float]]", rows)

@@ -1,0 +1,239 @@
+"""Evidence recall and latency of get_context's profiles on a LoCoMo-format file.
+
+    PYTHONPATH=. MEMQ_EMBED_MODEL_DIR=models/all-MiniLM-L6-v2 \\
+        python bench/retrieval.py --data ../shared/data/locomo-dev.json [--ablations]
+
+1. A private redis-server and a fresh database; the real writer runs in this process.
+2. Every turn of every conversation is appended through the real client (rules in
+   bench/locomo.py), then embedded with the real model and sent back as
+   ``message.embedded`` events through the inbox, as the embed workers do; the run
+   waits until every message is committed and embedded.
+3. Every question of the chosen categories (default 1-4) is asked with ``get_context``
+   against its conversation's session, once per profile, the profiles interleaved
+   question by question so machine load weighs on all alike. Evidence recall of a
+   question = the share of its evidence turns among the items returned (recency and
+   everything else included); the figures are means over questions.
+4. Latency is wall time of the whole ``get_context`` call, the query's embedding
+   included (each profile's client remembers one query only, so every question is
+   embedded in its call); each session is warmed up once first (model loaded, vectors
+   cached). numpy runs one BLAS thread, the model ``[embed] threads`` (1).
+
+Baselines in the same run: cosine top-10 and BM25 top-10 (the issue's reference
+figures), and the same two at the recall profile's budget of 20.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before numpy is imported, or the BLAS library has already started its threads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
+import dataclasses
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import locomo
+from bench.common import percentile, private_redis, scratch_dir
+from memq.config import Config, RetrievalConfig
+from memq.config import load as load_config
+from memq.embedding import Embedder
+from producers import MemoryClient
+from producers.retrieval import Lexical, Profile, Semantic, profile_for
+from store.service import open_writer
+from tests.embedding_events import embedded_event
+
+BASELINES: dict[str, Profile] = {
+    "cosine top-10": Profile("cosine top-10", (Semantic(-1.0, 10),)),
+    "BM25 top-10": Profile("BM25 top-10", (Lexical(10),)),
+    "cosine top-20": Profile("cosine top-20", (Semantic(-1.0, 20),)),
+    "BM25 top-20": Profile("BM25 top-20", (Lexical(20),)),
+}
+"""Plain single-branch retrieval, for the ratios."""
+
+ABLATIONS: dict[str, dict[str, object]] = {
+    "recall, no neighbours": {"recall_neighbour_share": 0.0},
+    "recall, lexical only": {"recall_lexical_weight": 1.0},
+    "recall, semantic only": {"recall_lexical_weight": 0.0},
+    "recall, recency 10": {"recall_recency_limit": 10},
+    "recall, recency 0": {"recall_recency_limit": 0},
+    "recall, min_z 0": {"recall_min_z": 0.0},
+    "recall, min_z 1.5": {"recall_min_z": 1.5},
+    "recall, neighbour share 0.5": {"recall_neighbour_share": 0.5},
+    "recall, neighbour share 0.9": {"recall_neighbour_share": 0.9},
+}
+"""Variants of the recall profile (``--ablations``): what each of its rules is worth."""
+
+
+@dataclass
+class Scores:
+    """One profile's figures."""
+
+    recall: dict[int, list[float]] = field(default_factory=dict)
+    latency: list[float] = field(default_factory=list)
+    items: list[int] = field(default_factory=list)
+
+    def add(self, category: int, share: float, seconds: float, items: int) -> None:
+        self.recall.setdefault(category, []).append(share)
+        self.latency.append(seconds)
+        self.items.append(items)
+
+    def mean(self, category: int | None = None) -> float:
+        values = [v for c, vs in self.recall.items() if category in (None, c) for v in vs]
+        return sum(values) / len(values) if values else float("nan")
+
+
+@contextmanager
+def running_writer(config: Config) -> Iterator[None]:
+    writer = open_writer(config, redis.Redis.from_url(config.redis_url))
+    stop = threading.Event()
+    thread = threading.Thread(target=writer.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+        writer.close()
+
+
+def embed_all(client: MemoryClient, embedder: Embedder, ids: dict[str, str],
+              texts: dict[str, str]) -> None:
+    """Embed every message and send the vectors through the inbox, as the workers do."""
+    order = [mid for mid in ids.values() if texts[mid].strip()]
+    batch = embedder.config.batch_size
+    for start in range(0, len(order), batch):
+        chunk = order[start:start + batch]
+        vectors = embedder.embed([texts[mid] for mid in chunk])
+        with client.batched():
+            for mid, vector in zip(chunk, vectors, strict=True):
+                client.outbox.send(embedded_event(mid, vector, embedder.model_name))
+    client.flush(timeout=600)
+
+
+def missing_embeddings(client: MemoryClient) -> int:
+    with client.readers.connection() as conn:
+        row = conn.execute("""SELECT count(*) FROM messages WHERE embedding IS NULL
+                              AND embedding_error IS NULL AND trim(content) != ''""").fetchone()
+    return int(row[0])
+
+
+def clients_for(config: Config, names: list[str], ablations: bool,
+                embedder: Embedder, stack: ExitStack) -> dict[str, MemoryClient]:
+    """One client per profile, each remembering one query, all sharing one model."""
+    settings = dataclasses.replace(config.retrieval, query_cache_size=1)
+    variants: dict[str, tuple[RetrievalConfig, Profile | None]] = {
+        name: (settings, profile) for name, profile in BASELINES.items()}
+    for name in names:
+        variants[name] = (dataclasses.replace(settings, profile=name), None)
+    if ablations:
+        for name, changes in ABLATIONS.items():
+            variants[name] = (dataclasses.replace(settings, profile="recall", **changes), None)
+    clients = {}
+    for name, (retrieval, profile) in variants.items():
+        client = stack.enter_context(MemoryClient(config=config.replace(retrieval=retrieval)))
+        client.query_vectors.embedder = embedder
+        if profile is not None:
+            client.profile = profile
+        clients[name] = client
+    return clients
+
+
+def measure(clients: dict[str, MemoryClient], conversations: list[locomo.Conversation],
+            ids: dict[str, str]) -> dict[str, Scores]:
+    scores = {name: Scores() for name in clients}
+    for conversation in conversations:
+        for client in clients.values():  # warm up: model, vector cache, working memory
+            client.get_context(conversation.session_id, "warm up")
+        for question in conversation.questions:
+            wanted = {ids[f"{conversation.session_id}/{e}"] for e in question.evidence}
+            for name, client in clients.items():
+                began = time.perf_counter()
+                items = client.get_context(conversation.session_id, question.text)
+                seconds = time.perf_counter() - began
+                found = len(wanted & {item.id for item in items})
+                scores[name].add(question.category, found / len(wanted), seconds, len(items))
+    return scores
+
+
+def report(scores: dict[str, Scores], categories: list[int], reference: str) -> None:
+    heads = [f"{c} {locomo.CATEGORIES.get(c, '?')}" for c in categories]
+    print(f"{'profile':<28}" + "".join(f"{h:>15}" for h in heads)
+          + f"{'all':>8}{'x ' + reference:>18}{'items':>7}{'p50 ms':>8}{'p95 ms':>8}")
+    base = scores[reference].mean()
+    for name, s in scores.items():
+        ms = [v * 1000 for v in s.latency]
+        print(f"{name:<28}" + "".join(f"{s.mean(c):>15.3f}" for c in categories)
+              + f"{s.mean():>8.3f}{s.mean() / base:>18.2f}{sum(s.items) / len(s.items):>7.1f}"
+              + f"{percentile(ms, 50):>8.1f}{percentile(ms, 95):>8.1f}")
+
+
+def describe(conversations: list[locomo.Conversation], evidence: locomo.EvidenceReport,
+             categories: list[int]) -> None:
+    counts = locomo.category_counts(conversations)
+    turns = sum(len(c.turns) for c in conversations)
+    print(f"{len(conversations)} conversations, {turns} turns; questions scored: "
+          + ", ".join(f"cat {c}: {counts[c]}" for c in categories)
+          + f" (total {sum(counts[c] for c in categories)})")
+    print(f"evidence ids: {evidence.total} read, {len(evidence.rewritten)} rewritten "
+          f"{evidence.rewritten}, {len(evidence.dropped)} dropped {evidence.dropped}; "
+          f"{evidence.unscored} question(s) left without evidence are not scored")
+
+
+def run(args: argparse.Namespace) -> dict[str, Scores]:
+    categories = sorted(set(args.categories))
+    conversations, evidence = locomo.read(args.data, categories)
+    describe(conversations, evidence, categories)
+    base = load_config()
+    embedder = Embedder(base.embed)
+    embedder.load()
+    with private_redis() as url, scratch_dir() as tmp, ExitStack() as stack:
+        config = base.replace(redis_url=url, db_path=str(tmp / "memq.db"))
+        stack.enter_context(running_writer(config))
+        loader = stack.enter_context(MemoryClient(config=config))
+        began = time.perf_counter()
+        ids = locomo.load_into(loader, conversations)
+        texts = {ids[f"{c.session_id}/{t.dia_id}"]: t.content
+                 for c in conversations for t in c.turns}
+        loaded = time.perf_counter()
+        embed_all(loader, embedder, ids, texts)
+        print(f"loaded {len(ids)} messages in {loaded - began:.1f} s, embedded in "
+              f"{time.perf_counter() - loaded:.1f} s; {missing_embeddings(loader)} "
+              "without a vector")
+        clients = clients_for(config, args.profiles, args.ablations, embedder, stack)
+        scores = measure(clients, conversations, ids)
+    report(scores, categories, reference="cosine top-10")
+    return scores
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True, help="a LoCoMo-format JSON file")
+    parser.add_argument("--categories", type=lambda s: [int(c) for c in s.split(",")],
+                        default=[1, 2, 3, 4], help="question categories (default 1,2,3,4)")
+    parser.add_argument("--profiles", type=lambda s: s.split(","),
+                        default=["tri-hybrid", "recall"], help="profiles to measure")
+    parser.add_argument("--ablations", action="store_true",
+                        help="also measure variants of the recall profile")
+    args = parser.parse_args(argv)
+    for name in args.profiles:
+        profile_for(dataclasses.replace(RetrievalConfig(), profile=name))  # unknown: fail now
+    try:
+        run(args)
+    except locomo.DataError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+if __name__ == "__main__":
+    main()
