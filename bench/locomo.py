@@ -6,8 +6,9 @@ The shape (a JSON list, one object per conversation): ``conversation`` holds
 ``qa`` holds ``{question, answer, evidence: [dia_id, ...], category}``.
 
 Each conversation becomes one memq session (its ``sample_id``, else ``conv-<index>``),
-each turn one message, in order, created at its session's date and time (turns of one
-session share it; the log position orders them). A turn's content is
+each turn one message, in order, created at its session's date and time plus as many
+microseconds as the turn's position in the session (so timestamps alone keep the turns'
+order, which ids created within one millisecond would not). A turn's content is
 ``"<speaker>: <text>"``, plus ``" [image: <caption>]"`` when it carries an image
 caption: the speaker's name is part of what was said to whom, and the questions name
 people. ``speaker_a`` speaks as ``user``, anyone else as ``assistant``.
@@ -27,7 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,12 +98,11 @@ def read(path: Path, categories: Iterable[int]) -> tuple[list[Conversation], Evi
         conversation = _conversation(raw, index, where)
         turn_ids = {t.dia_id for t in conversation.turns}
         for qa in _list(raw.get("qa", []), f"{where} qa"):
-            question = _question(qa, where, turn_ids, report)
-            if question is not None and question.category in wanted:
-                if question.evidence:
-                    conversation.questions.append(question)
-                else:
-                    report.unscored += 1
+            question = _question(qa, where, turn_ids, wanted, report)
+            if question is not None and question.evidence:
+                conversation.questions.append(question)
+            elif question is not None:
+                report.unscored += 1
         conversations.append(conversation)
     return conversations, report
 
@@ -132,7 +132,7 @@ def _turns(conv: dict[str, Any], n: int, first: Any, where: str) -> Iterator[Tur
         if isinstance(raw.get("blip_caption"), str) and raw["blip_caption"].strip():
             content += f" [image: {raw['blip_caption'].strip()}]"
         role = "user" if raw["speaker"] == first else "assistant"
-        yield Turn(raw["dia_id"], role, content, when)
+        yield Turn(raw["dia_id"], role, content, when + timedelta(microseconds=i))
 
 
 def parse_date(value: Any, where: str) -> datetime:
@@ -148,16 +148,17 @@ def parse_date(value: Any, where: str) -> datetime:
                     "'1:56 pm on 8 May, 2023')")
 
 
-def _question(qa: Any, where: str, turn_ids: set[str],
+def _question(qa: Any, where: str, turn_ids: set[str], wanted: set[int],
               report: EvidenceReport) -> Question | None:
+    """The question, if of a wanted category; None otherwise."""
     if not isinstance(qa, dict) or not isinstance(qa.get("question"), str):
         raise DataError(f"{where}: each qa entry needs a question string")
     category = qa.get("category")
-    if not isinstance(category, int) or isinstance(category, bool):
-        return None  # not one of the categories a caller can ask for
+    if category not in wanted or isinstance(category, bool):
+        return None
     evidence = normalise_evidence(_list(qa.get("evidence", []), f"{where} evidence"),
                                   turn_ids, report)
-    return Question(qa["question"], category, evidence)
+    return Question(qa["question"], int(category), evidence)
 
 
 def normalise_evidence(raw: list[Any], turn_ids: set[str],
@@ -173,10 +174,11 @@ def normalise_evidence(raw: list[Any], turn_ids: set[str],
             if turn_id is None or turn_id not in turn_ids:
                 report.dropped.append(piece)
                 continue
+            if turn_id in found:
+                continue
             if turn_id != value:
                 report.rewritten.append(f"{value!r} -> {turn_id}")
-            if turn_id not in found:
-                found.append(turn_id)
+            found.append(turn_id)
     return tuple(found)
 
 

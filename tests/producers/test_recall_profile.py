@@ -1,0 +1,320 @@
+"""The recall profile: fusion rules, neighbouring turns, the budget, explanations, settings.
+
+The rules are tested as plain functions first (producers/fusion.py, the budgeted
+combiner), then end to end: a real writer keeps the lexical index, the real model embeds
+(vectors reach the database as ``message.embedded`` events through the inbox).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from memq.config import Config, RetrievalConfig, from_mapping
+from memq.embedding import Embedder
+from memq.errors import ConfigError
+from producers import ContextItem, MemoryClient
+from producers.fusion import Candidate, fuse, with_neighbours
+from producers.messages import Message
+from producers.retrieval import Hit, budgeted, profile_for
+from tests.conftest import MODEL_DIR, WriterThread
+from tests.embedding_events import send_embeddings
+
+FILLER = [
+    "I spent the afternoon reorganising the bookshelf by colour.",
+    "The bus was late again, so I walked most of the way.",
+    "We should try that new ramen place downtown sometime.",
+    "My phone battery keeps dying before lunch.",
+    "The neighbours are renovating their kitchen, it is so loud.",
+    "I finally finished that thousand-piece puzzle.",
+    "It rained all weekend and the basement flooded a little.",
+    "Work has been hectic with the quarterly planning.",
+]
+
+
+def message(mid: str, minute: int = 0) -> Message:
+    return Message(mid, "s1", "user", f"turn {mid}", f"2026-01-01T00:{minute:02d}:00Z", 0.5)
+
+
+# -- the fusion rules, as functions ------------------------------------------------------
+
+def test_fusion_adds_each_branch_share_of_its_best() -> None:
+    # z: a = (0.5 - 0.3) / 0.1 = 2, c = 5 (the best); BM25 best: a = 10.
+    ranked = fuse(["a", "b", "c"], {"a": 10.0, "b": 5.0}, {"a": 0.5, "c": 0.8},
+                  (0.3, 0.1), lexical_weight=0.5, min_z=0.5)
+    by_id = {c.id: c for c in ranked}
+    assert [c.id for c in ranked] == ["a", "c", "b"]
+    assert by_id["a"].own == pytest.approx(0.5 * 1 + 0.5 * 2 / 5)
+    assert by_id["c"].own == pytest.approx(0.5)
+    assert by_id["b"].own == pytest.approx(0.25)
+    assert by_id["a"].branches == ("lexical", "semantic")
+    assert by_id["b"].branches == ("lexical",)
+    assert by_id["c"].branches == ("semantic",)
+
+
+def test_a_cosine_below_the_calibrated_floor_is_not_evidence() -> None:
+    ranked = fuse(["a", "b"], {"a": 1.0}, {"a": 0.32, "b": 0.9}, (0.3, 0.1),
+                  lexical_weight=0.5, min_z=0.5)
+    a = next(c for c in ranked if c.id == "a")
+    assert a.z is None  # z = 0.2 < 0.5: its cosine is kept for the record only
+    assert a.similarity == pytest.approx(0.32)
+    assert a.own == pytest.approx(0.5)
+    assert a.branches == ("lexical",)
+
+
+@pytest.mark.parametrize("moments", [None, (0.5, 0.0)])
+def test_without_a_spread_semantic_evidence_is_not_used(
+    moments: tuple[float, float] | None
+) -> None:
+    ranked = fuse(["a", "b"], {"b": 2.0}, {"a": 0.9}, moments, 0.5, 0.0)
+    assert [(c.id, c.own) for c in ranked] == [("b", 0.5), ("a", 0.0)]
+
+
+@pytest.mark.parametrize(("weight", "first"), [(1.0, "lex"), (0.0, "sem")])
+def test_the_weight_moves_the_balance(weight: float, first: str) -> None:
+    ranked = fuse(["lex", "sem"], {"lex": 3.0}, {"sem": 0.9, "lex": 0.35}, (0.3, 0.1),
+                  weight, 0.5)
+    assert ranked[0].id == first
+
+
+def test_ties_go_to_the_later_turn() -> None:
+    ranked = fuse(["01", "02", "03"], {"01": 1.0, "02": 1.0, "03": 1.0}, {}, None, 0.5, 0.5)
+    assert [c.id for c in ranked] == ["03", "02", "01"]
+
+
+def test_the_turn_after_a_match_inherits_a_share_of_its_score() -> None:
+    ranked = [Candidate("q", own=0.8), Candidate("x", own=0.1), Candidate("y", own=0.9)]
+    after = with_neighbours(ranked, {"q": "answer", "x": "y", "y": "x"}, share=0.7)
+    by_id = {c.id: c for c in after}
+    assert by_id["answer"].fused == pytest.approx(0.56)
+    assert by_id["answer"].neighbour_of == "q"
+    assert by_id["answer"].branches == ("neighbour",)
+    assert by_id["answer"].scores() == {"neighbour": pytest.approx(0.56),
+                                        "fused": pytest.approx(0.56)}
+    # y keeps its own, larger score; x inherits from y (0.63 > its own 0.1).
+    assert by_id["y"].neighbour_of is None
+    assert by_id["y"].fused == pytest.approx(0.9)
+    assert by_id["x"].neighbour_of == "y"
+    assert by_id["x"].fused == pytest.approx(0.63)
+    assert [c.id for c in after] == ["y", "q", "x", "answer"]
+
+
+def test_of_two_predecessors_the_larger_share_counts() -> None:
+    ranked = [Candidate("weak", own=0.2), Candidate("strong", own=0.9)]
+    after = with_neighbours(ranked, {"weak": "n", "strong": "n"}, share=0.5)
+    n = next(c for c in after if c.id == "n")
+    assert (n.neighbour_of, n.fused) == ("strong", pytest.approx(0.45))
+
+
+def test_the_budget_counts_each_message_once() -> None:
+    m = [message(str(i), i) for i in range(8)]
+    combine = budgeted(5)
+    found = combine([
+        ("recency", [Hit(m[6], 2.0), Hit(m[7], 1.0)]),
+        ("importance", [Hit(m[7], 0.9)]),  # already in: costs nothing
+        ("relevance", [Hit(m[i], 1.0 - i / 10, {"fused": 1.0 - i / 10}, ("lexical",))
+                       for i in (7, 0, 1, 2, 3, 4)]),
+    ])
+    assert [f.message.id for f in found] == ["0", "1", "2", "6", "7"]  # oldest first
+    seven = found[-1]
+    assert seven.branches == ["recency", "importance", "lexical"]
+    assert seven.scores == {"recency": 1.0, "importance": 0.9, "fused": pytest.approx(0.3)}
+
+
+# -- end to end --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    shared = Embedder(dataclasses.replace(Config().embed, model_dir=str(MODEL_DIR)))
+    shared.load()
+    return shared
+
+
+@pytest.fixture
+def clients(config: Config, writer: WriterThread) -> Iterator[list[MemoryClient]]:
+    opened: list[MemoryClient] = []
+    yield opened
+    for client in opened:
+        client.close()
+
+
+def recall_client(config: Config, clients: list[MemoryClient], embedder: Embedder | None = None,
+                  **settings: Any) -> MemoryClient:
+    retrieval = dataclasses.replace(config.retrieval, profile="recall", **settings)
+    client = MemoryClient(config=config.replace(retrieval=retrieval))
+    if embedder is not None:
+        client.query_vectors.embedder = embedder
+    clients.append(client)
+    return client
+
+
+def record(client: MemoryClient, texts: Sequence[str], embedder: Embedder | None = None,
+           session: str = "s1") -> list[str]:
+    ids = [client.append(session, "user" if i % 2 else "assistant", text)
+           for i, text in enumerate(texts)]
+    client.flush()
+    if embedder is not None:
+        send_embeddings(client, ids, embedder.embed(list(texts)))
+    return ids
+
+
+def conversation() -> list[str]:
+    """Forty turns; a question about Lisbon, its answer right after, no Lisbon in it."""
+    turns = [FILLER[i % len(FILLER)] + f" (day {i})" for i in range(40)]
+    turns[12] = "Did you ever make it to Lisbon for that conference?"
+    turns[13] = "Yes! In March. The talks were dull but the custard tarts made up for it."
+    return turns
+
+
+def by_id(items: list[ContextItem]) -> dict[str, ContextItem]:
+    return {item.id: item for item in items}
+
+
+@pytest.mark.redis
+@pytest.mark.model
+def test_recall_finds_the_match_and_the_answer_after_it(
+    config: Config, clients: list[MemoryClient], embedder: Embedder
+) -> None:
+    client = recall_client(config, clients, embedder)
+    ids = record(client, conversation(), embedder)
+    items = by_id(client.get_context("s1", "When did they go to Lisbon?"))
+    match, answer = items[ids[12]], items[ids[13]]
+    assert match.branches[0] == "lexical"
+    assert "semantic" in match.branches
+    assert match.lexical is not None
+    assert match.lexical > 0
+    assert match.similarity is not None
+    assert match.fused is not None
+    assert set(match.scores) >= {"lexical", "semantic", "semantic_z", "fused"}
+    assert match.scores["lexical"] == match.lexical
+    assert match.scores["semantic"] == match.similarity
+    assert answer.neighbour_of == ids[12]
+    assert "neighbour" in answer.branches
+    assert answer.fused == pytest.approx(0.7 * match.fused)  # the match's own score, shared
+    assert answer.lexical is None
+    assert answer.to_dict()["neighbour_of"] == ids[12]
+
+
+@pytest.mark.redis
+@pytest.mark.model
+def test_recall_keeps_recency_and_the_budget(
+    config: Config, clients: list[MemoryClient], embedder: Embedder
+) -> None:
+    client = recall_client(config, clients, embedder)
+    ids = record(client, conversation(), embedder)
+    query = "What happened with the basement and the puzzle?"
+    items = client.get_context("s1", query)
+    # Only turns with evidence come after recency: here fewer than the budget.
+    assert 4 < len(items) <= 20
+    assert [item.id for item in items if "recency" in item.branches] == ids[-4:]
+    assert all(item.fused is not None for item in items if "recency" not in item.branches)
+    order = [(i.created_at, i.id) for i in items]
+    assert order == sorted(order)  # oldest first
+    tight = recall_client(config, clients, embedder, recall_budget=8)
+    kept = tight.get_context("s1", query)
+    assert len(kept) == 8
+    assert [item.id for item in kept if "recency" in item.branches] == ids[-4:]
+    best = sorted((i for i in items if "recency" not in i.branches),
+                  key=lambda i: -(i.fused or 0))
+    assert {i.id for i in kept} - set(ids[-4:]) <= {i.id for i in best[:4 + 4]}
+    small = recall_client(config, clients, embedder, recall_budget=3)
+    assert [item.id for item in small.get_context("s1", "basement")] == ids[-3:]
+
+
+@pytest.mark.redis
+@pytest.mark.model
+def test_recall_works_before_anything_is_embedded(
+    config: Config, clients: list[MemoryClient], embedder: Embedder
+) -> None:
+    client = recall_client(config, clients, embedder, recall_recency_limit=0)
+    ids = record(client, conversation())
+    items = by_id(client.get_context("s1", "Lisbon conference"))
+    assert items[ids[12]].branches == ("lexical",)
+    assert items[ids[12]].similarity is None
+    assert items[ids[13]].neighbour_of == ids[12]
+
+
+@pytest.mark.redis
+def test_recall_without_a_query_is_recency_and_importance(
+    config: Config, clients: list[MemoryClient]
+) -> None:
+    client = recall_client(config, clients)
+    ids = record(client, conversation())
+    important = client.append("s1", "user", "Remember: my passport expires in May.",
+                              importance=0.95)
+    client.flush()
+    items = client.get_context("s1")
+    assert [item.id for item in items] == [*ids[-3:], important]
+    assert items[-1].branches == ("recency", "importance")
+    assert all(item.fused is None and item.lexical is None for item in items)
+
+
+@pytest.mark.redis
+@pytest.mark.model
+@pytest.mark.parametrize("query", ['"Lisbon', "Lisbon NEAR(x", "AND OR NOT", "*^()", "-:"])
+def test_recall_accepts_any_query_text(
+    config: Config, clients: list[MemoryClient], embedder: Embedder, query: str
+) -> None:
+    client = recall_client(config, clients, embedder, recall_recency_limit=0)
+    ids = record(client, conversation())
+    found = [item.id for item in client.get_context("s1", query)]
+    assert (ids[12] in found) == ("lisbon" in query.lower())
+
+
+@pytest.mark.redis
+@pytest.mark.model
+def test_recall_before_the_database_exists_is_working_memory(
+    config: Config, embedder: Embedder
+) -> None:
+    retrieval = dataclasses.replace(config.retrieval, profile="recall")
+    with MemoryClient(config=config.replace(retrieval=retrieval)) as client:  # no writer
+        client.query_vectors.embedder = embedder
+        mid = client.append("s1", "user", "Lisbon in March")
+        assert [item.id for item in client.get_context("s1", "Lisbon")] == [mid]
+
+
+@pytest.mark.redis
+@pytest.mark.model
+def test_tri_hybrid_items_carry_no_fusion_scores(
+    config: Config, clients: list[MemoryClient], embedder: Embedder
+) -> None:
+    client = MemoryClient(config=config)
+    client.query_vectors.embedder = embedder
+    clients.append(client)
+    record(client, conversation())
+    items = client.get_context("s1", "Lisbon")
+    assert len(items) == 10
+    assert all(i.lexical is None and i.fused is None and i.neighbour_of is None for i in items)
+
+
+# -- settings ----------------------------------------------------------------------------
+
+def test_recall_profile_from_the_file() -> None:
+    config = from_mapping({"retrieval": {"profile": "recall", "recall_budget": 12,
+                                         "recall_lexical_weight": 0.6}})
+    profile = profile_for(config.retrieval)
+    assert profile.name == "recall"
+    assert [s.name for s in profile.strategies] == ["recency", "importance", "relevance"]
+    assert RetrievalConfig().profile == "tri-hybrid"  # the default stays the seed's
+
+
+@pytest.mark.parametrize(("values", "fragment"), [
+    ({"recall_budget": 0}, "recall_budget must be at least 1"),
+    ({"recall_candidates": 0}, "recall_candidates must be at least 1"),
+    ({"recall_recency_limit": -1}, "recall_recency_limit must be at least 0"),
+    ({"recall_importance_limit": -2}, "recall_importance_limit must be at least 0"),
+    ({"recall_lexical_weight": 1.5}, "recall_lexical_weight must be between 0.0 and 1.0"),
+    ({"recall_neighbour_share": -0.1}, "recall_neighbour_share must be between 0.0 and 1.0"),
+    ({"recall_min_z": float("nan")}, "recall_min_z must be between"),
+    ({"recall_min_z": "high"}, "recall_min_z must be float"),
+    ({"recall_budget": 2.5}, "recall_budget must be int"),
+    ({"recall_neighbours": 1}, "unknown key(s) in [retrieval]: recall_neighbours"),
+    ({"profile": "recal"}, "profile 'recal' is unknown (known: recall, tri-hybrid)"),
+])
+def test_bad_recall_settings_are_refused(values: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[").replace("]", r"\]")):
+        profile_for(from_mapping({"retrieval": values}).retrieval)
