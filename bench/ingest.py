@@ -6,7 +6,8 @@
    while no writer runs; then the real writer (in this process, one thread) drains it.
    Figure: messages committed per second (client -> Redis -> writer -> SQLite).
 2. Baseline: the same event and message rows inserted with apsw into a fresh database with
-   the same schema and connection policy, in batches of 1,000 (the practical limit).
+   the same schema and connection policy, message content indexed for lexical search as
+   the writer does, in batches of 1,000 (the practical limit).
 3. Commit lag at a steady offered load: the client appends one message at a time at
    ``--rate`` per second while the writer runs; a watcher polls the commit position every
    millisecond. Figure: p50/p99 of append -> committed.
@@ -31,7 +32,7 @@ from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
 from producers import MemoryClient
 from producers.outbox import stream_position
-from store import schema
+from store import lexical, schema
 from store.connection import open_connection
 from store.service import open_writer
 
@@ -72,6 +73,8 @@ def raw_apsw(path: Path, count: int, batch: int = 1000) -> float:
             " VALUES (?, ?, 'user', ?, ?, 0.5, ?)",
             [r[1] for r in chunk],
         )
+        # The writer indexes message content in the same transaction: so does the baseline.
+        lexical.index(conn.cursor(), [(r[1][4], r[1][1], r[1][2]) for r in chunk])
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - started
     conn.close()

@@ -1,10 +1,13 @@
 """Lexical search over message content: the ``messages_fts`` index, ranked by BM25.
 
-The writer keeps the index in step with ``messages`` through triggers (migration
-``0006_fts``). A query is turned into an FTS5 expression the user cannot steer: its words
-are extracted with a regular expression, common English function words are dropped
-(unless nothing else is left), and each remaining word is quoted, so ``"``, ``*``, ``^``,
-parentheses, ``NEAR``, ``AND``, ``OR`` and ``NOT`` in a question are just text. The words
+The appliers that insert messages call :func:`index` in the writer's transaction, so the
+index and ``messages`` never disagree (migration ``0006_fts`` indexed what was there
+before; an applier that ever deletes messages calls :func:`unindex`).
+
+A query is turned into an FTS5 expression the user cannot steer: its words are extracted
+with a regular expression, common English function words are dropped (unless nothing
+else is left), and each remaining word is quoted, so ``"``, ``*``, ``^``, parentheses,
+``NEAR``, ``AND``, ``OR`` and ``NOT`` in a question are just text. The words
 are OR-ed, so a turn matching any of them is a candidate, and BM25 ranks turns that
 match more, and rarer, words first. The index stems English words (Porter), so "painted"
 finds "paint".
@@ -16,6 +19,7 @@ database, while the match is restricted to one session inside FTS5, by a session
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import cast
 
 import apsw
@@ -48,6 +52,31 @@ _SEARCH = """
     LIMIT ?"""
 
 
+_INDEX = "INSERT INTO messages_fts (rowid, content, session) VALUES (?, ?, ?)"
+
+
+def index(cur: apsw.Cursor, rows: Iterable[tuple[int, str, str]]) -> None:
+    """Index messages given as (seq, session_id, content), in the caller's transaction."""
+    try:
+        cur.executemany(_INDEX, [(seq, content, session_token(session_id))
+                                 for seq, session_id, content in rows])
+    except apsw.SQLError as exc:
+        # Only while migration 0003 imports a legacy database, before 0006 creates the
+        # index (and then indexes every row there is).
+        if "no such table: messages_fts" not in str(exc):
+            raise
+
+
+def unindex(cur: apsw.Cursor, seqs: Iterable[int]) -> None:
+    """Take messages (by seq) out of the index, for an applier that deletes them."""
+    cur.executemany("DELETE FROM messages_fts WHERE rowid = ?", [(seq,) for seq in seqs])
+
+
+def clear(cur: apsw.Cursor) -> None:
+    """Empty the index (a rebuild refills it by replaying the log)."""
+    cur.execute("INSERT INTO messages_fts (messages_fts) VALUES ('delete-all')")
+
+
 def terms(query: str) -> list[str]:
     """The distinct, case-folded words of ``query`` to search, function words dropped."""
     words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))
@@ -56,7 +85,11 @@ def terms(query: str) -> list[str]:
 
 
 def session_token(session_id: str) -> str:
-    """The token the index stores for a session (the triggers compute the same in SQL)."""
+    """The token the index stores for a session: 's', the hex of its UTF-8, 'x'.
+
+    Hex alone could be split by the tokenizer or stemmed (it may end in "ed"); no Porter
+    rule strips an 'x'. Migration 0006 computes the same in SQL.
+    """
     return f"s{session_id.encode('utf-8', 'surrogatepass').hex().upper()}x"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import apsw
 
 from memq.errors import StoreError
-from store import schema
+from store import lexical, schema
 from store.connection import open_connection
 from store.effects import Effects
 from store.lock import WriterLock
@@ -56,6 +56,7 @@ def _rebuild_in_place(conn: apsw.Connection, progress: Progress | None) -> int:
     try:
         for table in schema.PROJECTION_TABLES:
             cur.execute(f"DELETE FROM {table}")
+        lexical.clear(cur)
         count = replay(cur, conn, progress)
     except BaseException:
         cur.execute("ROLLBACK")

@@ -164,18 +164,14 @@ def _macro_learning(cur: apsw.Cursor) -> None:
 
 
 def _fts(cur: apsw.Cursor) -> None:
-    # The lexical index of message content. Contentless (the text stays in `messages`
-    # only) and keyed by the message's `seq`, which is stable across `memq rebuild` and
-    # VACUUM, unlike the implicit rowid; the unique index makes "one message per event",
-    # which the key relies on, the schema's guarantee. Triggers, not the appliers, keep
-    # it in step: every statement that inserts, deletes or rewrites a message (the
-    # batch applier, imports, summaries, a rebuild's DELETE) updates it in the same
-    # transaction, including appliers written later.
-    #
-    # `session` holds one token per session ('s' + hex of the id's UTF-8 + 'x': hex
-    # alone could be split or stemmed; no Porter rule strips an 'x'), so a query
-    # intersects with its session inside FTS5 instead of ranking every session's
-    # matches. store/lexical.py builds the same token.
+    # The lexical index of message content (store/lexical.py). Contentless (the text
+    # stays in `messages` only) and keyed by the message's `seq`, which is stable across
+    # `memq rebuild` and VACUUM, unlike the implicit rowid; the unique index makes "one
+    # message per event", which the key relies on, the schema's guarantee. The appliers
+    # that insert messages index them in the same transaction (not triggers: FTS5 flushes
+    # its pending terms at every trigger statement's savepoint, which made inserts six
+    # times slower). `session` holds one token per session, built as
+    # store.lexical.session_token does, so a query stays inside its session in FTS5.
     cur.execute(
         """
         CREATE UNIQUE INDEX messages_by_seq ON messages(seq);
@@ -184,19 +180,6 @@ def _fts(cur: apsw.Cursor) -> None:
             content = '', contentless_delete = 1,
             tokenize = 'porter unicode61 remove_diacritics 2'
         );
-        CREATE TRIGGER messages_fts_inserted AFTER INSERT ON messages BEGIN
-            INSERT INTO messages_fts (rowid, content, session)
-            VALUES (new.seq, new.content, 's' || hex(new.session_id) || 'x');
-        END;
-        CREATE TRIGGER messages_fts_deleted AFTER DELETE ON messages BEGIN
-            DELETE FROM messages_fts WHERE rowid = old.seq;
-        END;
-        CREATE TRIGGER messages_fts_changed AFTER UPDATE OF content, session_id, seq
-        ON messages BEGIN
-            DELETE FROM messages_fts WHERE rowid = old.seq;
-            INSERT INTO messages_fts (rowid, content, session)
-            VALUES (new.seq, new.content, 's' || hex(new.session_id) || 'x');
-        END;
         INSERT INTO messages_fts (rowid, content, session)
             SELECT seq, content, 's' || hex(session_id) || 'x' FROM messages;
         """
@@ -217,8 +200,9 @@ PROJECTION_TABLES = (
 )
 """Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping.
 
-(``messages_fts`` is rebuilt too, by the triggers on ``messages``; it cannot be compared
-row by row, having no rows to read, so it is not listed.)"""
+``messages_fts`` (the lexical index) is emptied and refilled by a rebuild too, but it is
+not compared row by row: a contentless index has no rows to read back. Its search results
+are what a test compares."""
 
 
 def _has_table(cur: apsw.Cursor, name: str) -> bool:

@@ -10,7 +10,7 @@ import orjson
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType
-from store import vectors
+from store import lexical, vectors
 from store.effects import Effects
 
 Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
@@ -31,6 +31,7 @@ def insert_message(cur: apsw.Cursor, row: dict[str, Any], effects: Effects) -> N
         cur.execute(_INSERT, row)
     except apsw.ConstraintError as exc:
         raise InvalidEvent(f"message {row['id']} already exists") from exc
+    lexical.index(cur, [(row["seq"], row["session_id"], row["content"])])
     if row["embedding"] is None and row["embedding_error"] is None and row["content"].strip():
         effects.embed.append((row["id"], row["content"]))
 
@@ -68,6 +69,7 @@ def apply_appended_many(
     """A run of appends with one statement; a clash raises and the writer goes careful."""
     rows = [_base_row(event, seq) for seq, event in numbered]
     cur.executemany(_INSERT, rows)
+    lexical.index(cur, [(r["seq"], r["session_id"], r["content"]) for r in rows])
     effects.embed.extend((r["id"], r["content"]) for r in rows if r["content"].strip())
 
 

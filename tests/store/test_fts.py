@@ -15,6 +15,9 @@ from memq.clock import uuid7
 from memq.events import EventType
 from store import lexical, rebuild, schema
 from store.connection import open_connection
+from store.effects import Effects
+from store.log import append_event
+from store.projections import apply_event
 from tests.store.eventlog import EventLog, at, event
 from tests.store.test_legacy import make_legacy
 
@@ -91,12 +94,18 @@ def test_unusual_session_ids_find_their_own_turns(log: EventLog, session: str) -
     assert search(log, "dentist", session=session) == ids
 
 
-def test_session_token_is_the_one_the_triggers_store(log: EventLog) -> None:
-    record(log, "hello there", session="Ünïcode id/ed")
-    vocab = "CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, messages_fts, 'col')"
-    log.conn.execute(vocab)
-    stored = [r[0] for r in log.conn.execute("SELECT term FROM temp.v WHERE col = 'session'")]
-    assert stored == [lexical.session_token("Ünïcode id/ed").lower()]
+SESSIONS = ["Ünïcode id/ed", "x" * 199, "a-b", "two words"]
+
+
+def stored_tokens(conn: apsw.Connection) -> list[str]:
+    conn.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, messages_fts, 'col')")
+    return sorted(r[0] for r in conn.execute("SELECT term FROM temp.v WHERE col = 'session'"))
+
+
+def test_session_tokens_are_single_and_unstemmed(log: EventLog) -> None:
+    for session in SESSIONS:
+        record(log, "hello there", session=session)
+    assert stored_tokens(log.conn) == sorted(lexical.session_token(s).lower() for s in SESSIONS)
 
 
 @pytest.mark.parametrize("query", [
@@ -141,24 +150,25 @@ def test_rejected_event_leaves_nothing_in_the_index(log: EventLog) -> None:
     assert indexed(log.conn) == 2
 
 
-def test_rolled_back_transaction_takes_its_index_entries_with_it(log: EventLog) -> None:
+def test_index_entries_live_and_die_with_the_writer_transaction(log: EventLog) -> None:
     record(log, "kept turn about kayaks")
-    log.conn.execute("BEGIN IMMEDIATE")
-    log.conn.execute("INSERT INTO messages (id, session_id, role, content, created_at, seq)"
-                     " VALUES ('x', 's1', 'user', 'lost turn about kayaks', ?, 999)", (at(5),))
-    assert len(search(log, "kayaks")) == 2
-    log.conn.execute("ROLLBACK")
+    _, lost = appended("lost turn about kayaks", minute=5)
+    cur = log.conn.cursor()
+    cur.execute("BEGIN IMMEDIATE")
+    seq = append_event(cur, lost, at(5))  # type: ignore[arg-type]
+    assert seq is not None
+    apply_event(cur, lost, seq, Effects())  # type: ignore[arg-type]
+    assert len(search(log, "kayaks")) == 2  # indexed before the commit, in the same one
+    cur.execute("ROLLBACK")
     assert len(search(log, "kayaks")) == 1
+    assert indexed(log.conn) == 1
 
 
-def test_changed_and_deleted_rows_follow_in_the_index(log: EventLog) -> None:
-    ids = record(log, "first about otters", "second about beavers")
-    log.conn.execute("UPDATE messages SET content = 'now about beavers' WHERE id = ?", (ids[0],))
-    assert search(log, "otters") == []
-    assert set(search(log, "beavers")) == set(ids)
-    log.conn.execute("UPDATE messages SET consolidated_at = ? WHERE id = ?", (at(9), ids[1]))
-    log.conn.execute("DELETE FROM messages WHERE id = ?", (ids[1],))
-    assert search(log, "beavers") == [ids[0]]
+def test_unindexed_messages_are_no_longer_found(log: EventLog) -> None:
+    ids = record(log, "first about otters", "second about otters")
+    seq = log.conn.execute("SELECT seq FROM messages WHERE id = ?", (ids[0],)).fetchone()[0]
+    lexical.unindex(log.conn.cursor(), [seq])
+    assert search(log, "otters") == [ids[1]]
     assert indexed(log.conn) == 1
 
 
@@ -183,17 +193,21 @@ def test_rebuild_repairs_a_damaged_index(log: EventLog) -> None:
     assert search(log, "harbour") == ids
 
 
-def test_migration_indexes_existing_rows(tmp_path: Path) -> None:
+def test_migration_indexes_existing_rows_as_the_appliers_would(tmp_path: Path) -> None:
     path = tmp_path / "older.db"
     conn = open_connection(path)
     conn.execute("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
     for migration in schema.MIGRATIONS:
         if migration.name < "0006":
             schema._apply_one(conn, migration)
-    conn.execute("INSERT INTO messages (id, session_id, role, content, created_at, seq)"
-                 " VALUES ('m1', 's1', 'user', 'an old turn about herons', ?, 1)", (at(0),))
+    for seq, session in enumerate(SESSIONS, 1):
+        conn.execute("INSERT INTO messages (id, session_id, role, content, created_at, seq)"
+                     " VALUES (?, ?, 'user', 'an old turn about herons', ?, ?)",
+                     (f"m{seq}", session, at(0), seq))
     assert schema.migrate(conn) == ["0006_fts"]
-    assert [mid for mid, _ in lexical.search(conn, "s1", "herons", 5)] == ["m1"]
+    for seq, session in enumerate(SESSIONS, 1):
+        assert [mid for mid, _ in lexical.search(conn, session, "herons", 5)] == [f"m{seq}"]
+    assert stored_tokens(conn) == sorted(lexical.session_token(s).lower() for s in SESSIONS)
     conn.close()
 
 
