@@ -30,3 +30,6 @@ QUEUE_EMBED = "memq-embed"
 QUEUE_CONSOLIDATE = "memq-consolidate"
 QUEUE_TASKS = "memq-tasks"
 QUEUES = (QUEUE_EMBED, QUEUE_CONSOLIDATE, QUEUE_TASKS)
+
+CONSOLIDATION_PLANNED_PREFIX = "memq:consolidation:planned:"
+"""+ a request's event id: set once the writer has planned that pass (``--wait`` reads it)."""

@@ -191,7 +191,7 @@ class Writer:
     def _apply_event(self, cur: apsw.Cursor, event: Event, now: str, effects: Effects) -> bool:
         """Insert and project one event inside a savepoint; False if it was a duplicate."""
         cur.execute("SAVEPOINT event")
-        mark = (len(effects.embed), set(effects.tasks_changed))
+        mark = (len(effects.embed), set(effects.tasks_changed), len(effects.consolidate))
         try:
             seq = append_event(cur, event, now)
             if seq is not None:
@@ -201,6 +201,7 @@ class Writer:
             cur.execute("RELEASE event")
             del effects.embed[mark[0]:]
             effects.tasks_changed.intersection_update(mark[1])
+            del effects.consolidate[mark[2]:]
             raise InvalidEvent(str(exc)) from exc
         cur.execute("RELEASE event")
         return seq is not None

@@ -17,12 +17,13 @@ import apsw
 from memq.errors import InvalidEvent
 from memq.events import Event
 from store.effects import Effects
-from store.projections import messages
+from store.projections import consolidation, messages
 
 Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
 
 APPLIERS: dict[str, Applier] = {
     **messages.APPLIERS,
+    **consolidation.APPLIERS,
 }
 
 
