@@ -18,6 +18,8 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from rq.exceptions import NoSuchJobError
+
 from memq import names
 from memq.clock import now_rfc3339, now_utc, uuid7
 from memq.config import Config, LimitsConfig
@@ -118,8 +120,12 @@ def register_periodic(scheduler: Any, config: Config) -> bool:
     """
     interval = max(1, round(config.consolidation.interval_hours * 3600))
     if PERIODIC_JOB_ID in scheduler:
-        job = scheduler.job_class.fetch(PERIODIC_JOB_ID, connection=scheduler.connection)
-        if job.meta.get("interval") == interval and job.origin == names.QUEUE_CONSOLIDATE:
+        try:
+            job = scheduler.job_class.fetch(PERIODIC_JOB_ID, connection=scheduler.connection)
+        except NoSuchJobError:
+            job = None  # scheduled, but its job data is gone: register it afresh
+        if (job is not None and job.meta.get("interval") == interval
+                and job.origin == names.QUEUE_CONSOLIDATE):
             return False
         scheduler.cancel(PERIODIC_JOB_ID)
     scheduler.schedule(

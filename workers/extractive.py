@@ -161,6 +161,11 @@ def _all_sentences(messages: Sequence[ChunkMessage]) -> list[_Sentence]:
     ]
 
 
+def candidate_sentences(messages: Sequence[ChunkMessage]) -> list[str]:
+    """The sentences the summariser embeds for ``messages`` (the benchmark's baseline)."""
+    return [s.text for s in _candidates(messages)]
+
+
 def _candidates(messages: Sequence[ChunkMessage]) -> list[_Sentence]:
     """Sentences worth picking: each text once, and with two meaningful words or more when
     there are any ("Wow!", "Sounds great, Jon!" carry nothing a summary needs)."""

@@ -96,11 +96,12 @@ class ChatServer:
         return Handler
 
 
-def run_burst_worker(config: Config) -> None:
+def run_burst_worker(config: Config, logging_level: str = "INFO") -> None:
     """Run every queued consolidate job in this process, then wait for the writer."""
     connection = redis.Redis.from_url(config.redis_url)
     context.install(context.WorkerContext(config, connection))
-    worker([names.QUEUE_CONSOLIDATE], connection).work(burst=True, with_scheduler=False)
+    worker([names.QUEUE_CONSOLIDATE], connection).work(
+        burst=True, with_scheduler=False, logging_level=logging_level)
     wait_committed(connection)
 
 

@@ -176,6 +176,8 @@ def test_the_periodic_job_requests_a_pass_through_rq_scheduler(
     assert consolidate_module.register_periodic(scheduler, changed) is True
     job = JSONJob.fetch(consolidate_module.PERIODIC_JOB_ID, connection=client.redis)
     assert job.meta["interval"] == 3600
+    client.redis.delete(job.key)  # the job's data lost, its schedule entry left behind
+    assert consolidate_module.register_periodic(scheduler, changed) is True
 
 
 def test_consolidate_now_from_the_command_line(
