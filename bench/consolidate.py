@@ -183,12 +183,19 @@ def main() -> int:
     summariser = ExtractiveSummariser(embed, target_ratio=limits.target_ratio,
                                       embedder=embedder)
     summariser.summarise(as_messages(chunks[0]))  # load the model and warm up
-    messages = sum(len(c.messages) for c in chunks)
-    print(f"{len(sessions)} conversations, {messages} messages in {len(chunks)} chunks "
-          f"(chunk_size {limits.chunk_size}, chunk_chars {limits.chunk_chars}); "
-          f"model threads {embed.threads}, BLAS threads {os.environ['OMP_NUM_THREADS']}")
+    print(f"{len(sessions)} conversations, {sum(len(c.messages) for c in chunks)} messages "
+          f"in {len(chunks)} chunks (chunk_size {limits.chunk_size}, chunk_chars "
+          f"{limits.chunk_chars}); model threads {embed.threads}, BLAS threads "
+          f"{os.environ['OMP_NUM_THREADS']}")
     base, summ = bench_in_process(embedder, summariser, chunks)
-    print(f"baseline  raw embedding of the same {base['sentences']} sentences: "
+    report_in_process(base, summ)
+    if not args.no_pipeline:
+        report_pipeline(bench_pipeline(sessions, embed), base)
+    return 0
+
+
+def report_in_process(base: dict[str, float], summ: dict[str, Any]) -> None:
+    print(f"baseline  raw embedding of the same {base['sentences']:.0f} sentences: "
           f"{base['messages_per_s']:8.1f} messages/s ({base['seconds']:.2f} s)")
     print(f"extractive summariser:        {summ['messages_per_s']:8.1f} messages/s "
           f"({summ['seconds']:.2f} s) = {summ['messages_per_s'] / base['messages_per_s']:.2f} "
@@ -196,16 +203,16 @@ def main() -> int:
     print(f"compression (chars in / chars out): {summ['ratio']:.2f} overall "
           f"({summ['chars_in']} -> {summ['chars_out']}), median per chunk "
           f"{summ['median_ratio']:.2f}")
-    if not args.no_pipeline:
-        pipe = bench_pipeline(sessions, embed)
-        if pipe is None:
-            print("pipeline: skipped (redis-server not installed)")
-        else:
-            print(f"whole pipeline (Redis, writer, one burst worker): "
-                  f"{pipe['messages_per_s']:8.1f} messages/s ({pipe['messages']} messages, "
-                  f"{pipe['summaries']} summaries, {pipe['seconds']:.2f} s) = "
-                  f"{pipe['messages_per_s'] / base['messages_per_s']:.2f} x the baseline")
-    return 0
+
+
+def report_pipeline(pipe: dict[str, float] | None, base: dict[str, float]) -> None:
+    if pipe is None:
+        print("pipeline: skipped (redis-server not installed)")
+        return
+    print(f"whole pipeline (Redis, writer, one burst worker): "
+          f"{pipe['messages_per_s']:8.1f} messages/s ({pipe['messages']:.0f} messages, "
+          f"{pipe['summaries']:.0f} summaries, {pipe['seconds']:.2f} s) = "
+          f"{pipe['messages_per_s'] / base['messages_per_s']:.2f} x the baseline")
 
 
 if __name__ == "__main__":
