@@ -163,16 +163,35 @@ def _macro_learning(cur: apsw.Cursor) -> None:
     )
 
 
+def _consolidation(cur: apsw.Cursor) -> None:
+    # A source has at most one summary: the primary key is the schema's own guarantee
+    # that no message is ever consolidated twice.
+    cur.execute(
+        """
+        CREATE TABLE summary_sources (
+            source_id  TEXT PRIMARY KEY,
+            summary_id TEXT NOT NULL,
+            position   INTEGER NOT NULL
+        );
+        CREATE INDEX summary_sources_by_summary ON summary_sources(summary_id, position);
+        CREATE INDEX messages_unconsolidated ON messages(session_id, created_at, seq)
+            WHERE consolidated_at IS NULL;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_event_log", _event_log),
     Migration("0002_projections", _projections),
     Migration("0003_import_legacy_messages", _import_legacy),
     Migration("0004_macro_learning", _macro_learning),
+    Migration("0005_consolidation", _consolidation),
 ]
 
 PROJECTION_TABLES = (
     "messages", "facts", "macros", "scheduled_tasks", "terminal_allowed_prefixes",
     "macro_next_args", "macro_last_calls",
+    "summary_sources",
 )
 """Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping."""
 

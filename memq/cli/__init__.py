@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from memq.cli import (
     admin,
+    consolidate,
     context,
     dashboard,
     demo,
@@ -25,7 +26,10 @@ from memq.cli import (
 )
 from memq.errors import MemqError
 
-GROUPS = (writer, worker, admin, model, context, tasks, up, status, dashboard, metrics, demo)
+GROUPS = (
+    writer, worker, admin, model, context, consolidate, tasks, up, status, dashboard, metrics,
+    demo,
+)
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
 
