@@ -19,14 +19,12 @@ import numpy as np
 from producers.messages import MESSAGE_COLUMNS, Message, chronological_key, message_from_row
 from producers.working_memory import WorkingMemory
 from store.reader import ReadPool
+from store.summaries import timeline
 from store.vector_cache import VectorCache
 
 IMPORTANCE_WINDOW = 1000
 """Newest turns searched for important ones before the importance index is used."""
 
-_RECENT = f"""
-    SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?
-    ORDER BY created_at DESC, seq DESC LIMIT ?"""
 _IMPORTANT_BY_INDEX = f"""
     SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND importance >= ?
     ORDER BY created_at DESC, seq DESC LIMIT ?"""
@@ -44,8 +42,10 @@ class SessionSources:
     def __init__(
         self, readers: ReadPool, vector_cache: VectorCache,
         query_vector: Callable[[str], np.ndarray], *, cap: int, max_sessions: int,
+        verbatim: int = 0,
     ) -> None:
         self.readers = readers
+        self.verbatim = verbatim
         self.vector_cache = vector_cache
         self.query_vector = query_vector
         self.working_memory = WorkingMemory(self.load_recent, cap=cap, max_sessions=max_sessions)
@@ -80,8 +80,16 @@ class SessionSources:
         return self.vector_cache.scores(session_id, ids, self.query_vector(query))
 
     def load_recent(self, session_id: str, limit: int) -> list[Message]:
-        """The last ``limit`` committed turns, oldest first (hydrates working memory)."""
-        return self._select(_RECENT, (session_id, limit))[::-1]
+        """The last ``limit`` committed items, oldest first (hydrates working memory).
+
+        The newest ``verbatim`` turns (the recency window) come as they are; before them a
+        consolidated turn is replaced by its summary, so older history costs fewer items.
+        """
+        if not self.database_exists():
+            return []
+        with self.readers.connection() as conn:
+            rows = timeline(conn, session_id, limit, verbatim=self.verbatim)
+        return [message_from_row(row) for row in rows]
 
     def messages(self, ids: list[str]) -> list[Message]:
         if not ids:

@@ -53,7 +53,7 @@ def consolidate(session_id: str, messages: list[dict[str, Any]]) -> dict[str, An
             session_id=session_id, messages=len(chunk), summariser=summariser.name,
             error=str(exc))
         raise
-    ctx.send([event])
+    ctx.send([event, *fact_events(event)])
     result = {
         "summary_id": event.payload["summary_id"], "messages": len(chunk),
         "chars_in": sum(len(m.content) for m in chunk), "chars_out": len(content),
@@ -81,6 +81,20 @@ def summary_event(
         raise SummariserError(f"the summary cannot be sent: {exc}") from exc
     return Event(id=uuid7(), type=EventType.SESSION_CONSOLIDATED, session_id=session_id,
                  created_at=now_rfc3339(), payload=payload)
+
+
+def fact_events(summary: Event) -> list[Event]:
+    """The summary's proposed facts as ``fact.set`` events from an agent.
+
+    Sent as ordinary fact changes, right after the summary, so the facts projection's rule
+    holds (a fact the user set is never overwritten) and ``fact_history`` shows them.
+    """
+    return [
+        Event(id=uuid7(), type=EventType.FACT_SET, session_id=None,
+              created_at=summary.created_at,
+              payload={**fact, "source": "agent"})
+        for fact in summary.payload.get("facts") or []
+    ]
 
 
 def request_event(min_age_hours: float | None = None, session_id: str | None = None) -> Event:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 
 import apsw
@@ -167,6 +168,14 @@ def unconsolidated(config: Config) -> int:
     return int(conn.execute(sql).fetchall()[0][0])
 
 
+def wait_for_facts(client: MemoryClient, count: int) -> None:
+    """The worker's events reach the writer after this client's own: poll, bounded."""
+    for _ in range(200):
+        if len(client.facts()) >= count:
+            return
+        time.sleep(0.05)
+
+
 @pytest.mark.redis
 def test_llm_summary_and_facts_reach_the_database(
     server: ChatServer, client: MemoryClient, config: Config
@@ -186,6 +195,29 @@ def test_llm_summary_and_facts_reach_the_database(
         {"category": "person", "key": "city", "value": "Lisbon"},
         {"category": "hobby", "key": "instrument", "value": "cello"}]
     assert unconsolidated(config) == 0
+    # The proposed facts become facts from an agent (sent right after the summary).
+    wait_for_facts(client, 2)
+    assert {(f.category, f.key, f.value, f.source) for f in client.facts()} == {
+        ("person", "city", "Lisbon", "agent"), ("hobby", "instrument", "cello", "agent")}
+
+
+@pytest.mark.redis
+def test_proposed_facts_never_overwrite_a_users_fact(
+    server: ChatServer, client: MemoryClient, config: Config
+) -> None:
+    config = llm_config(config, server)
+    server.reply = lambda body: completion(GOOD)
+    client.set_fact("person", "city", "Porto", source="user")
+    append_turns(client, "s", TURNS)
+    assert request_pass(client) == {"chunks": 1, "enqueued": 1}
+    run_burst_worker(config)
+    wait_for_facts(client, 2)
+    facts = {(f.category, f.key): (f.value, f.source) for f in client.facts()}
+    assert facts[("person", "city")] == ("Porto", "user")
+    assert facts[("hobby", "instrument")] == ("cello", "agent")
+    history = client.fact_history("person", "city")
+    assert [(h.value, h.source, h.applied) for h in history] == [
+        ("Porto", "user", True), ("Lisbon", "agent", False)]
 
 
 @pytest.mark.redis
