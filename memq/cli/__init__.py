@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from memq.cli import admin, model, worker, writer
+from memq.cli import admin, embeddings, model, worker, writer
 from memq.errors import MemqError
 
-GROUPS = (writer, worker, admin, model)
+GROUPS = (writer, worker, admin, model, embeddings)
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
 
