@@ -208,7 +208,7 @@ def test_reconcile_fills_the_hole_left_by_a_crash_between_commit_and_enqueue(
     writer = open_writer(small_jobs, broker)
     try:
         writer.reconcile()  # what run() does first
-        assert sorted(sum(queued_ids(broker), [])) == sorted(ids)
+        assert sorted(mid for job in queued_ids(broker) for mid in job) == sorted(ids)
         writer.reconcile()  # everything is in flight now: nothing more
         assert backlog_of(writer).last_pass == 0
         assert len(queued(broker)) == 2
