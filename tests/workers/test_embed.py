@@ -292,3 +292,27 @@ def _kill_mid_job(config: Config, broker: redis.Redis) -> str:
     wait_until(lambda: name not in {c.get("name") for c in broker.client_list()},
                "Redis to notice the dead worker's connection")
     return str(killed)
+
+
+def test_a_worker_process_keeps_its_name_across_reconnections(
+    config: Config, broker: redis.Redis
+) -> None:
+    # The reconcile pass judges a started job's worker alive by its connection's name.
+    def named() -> list[dict]:
+        return [c for c in broker.client_list() if c.get("name") == "steady-worker"]
+
+    proc = subprocess.Popen(
+        memq_command("worker", "embed", "--name", "steady-worker", "--redis-url",
+                     config.redis_url),
+        cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: bool(named()), "the worker to connect")
+        before = {c["id"] for c in named()}
+        for client_id in before:
+            broker.client_kill_filter(_id=client_id)  # a network blip
+        wait_until(lambda: bool(named()) and not {c["id"] for c in named()} & before,
+                   "the worker to reconnect")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert proc.returncode == 0
