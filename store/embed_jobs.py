@@ -45,7 +45,10 @@ EMBED_FUNCTION = "workers.embed.embed_messages"
 """Dotted path of the job function; ``workers/queues.py`` refuses any other."""
 
 JOB_TIMEOUT_S = 300
-"""A job of 64 chat messages takes well under a second; retries with backoff a few more."""
+"""A job of 64 chat messages takes about a second; retries with backoff a few more. Each
+message adds :data:`JOB_TIMEOUT_PER_MESSAGE_S` so a large ``job_batch_size`` is not cut short."""
+
+JOB_TIMEOUT_PER_MESSAGE_S = 1
 
 RESULT_TTL_S = 60
 """A finished job's result is a few counts (its events already went to the writer)."""
@@ -123,7 +126,7 @@ def _enqueue_unique(queue: Queue, jid: str, model: str, messages: Sequence[Messa
         meta={"model": model, "message_ids": [mid for mid, _ in messages]},
         # The default description is the call with every text in it: keep it short.
         description=f"embed {len(messages)} messages with {model}",
-        timeout=JOB_TIMEOUT_S,
+        timeout=JOB_TIMEOUT_S + JOB_TIMEOUT_PER_MESSAGE_S * len(messages),
         result_ttl=RESULT_TTL_S,
         failure_ttl=FAILURE_TTL_S,
     )

@@ -95,18 +95,16 @@ def _one_by_one(
 
 
 def _with_retries(emb: Embedder, texts: Sequence[str]) -> np.ndarray:
-    retries, backoff = emb.config.max_retries, emb.config.retry_backoff_s
-    for attempt in range(retries + 1):
+    backoff = emb.config.retry_backoff_s
+    for attempt in range(emb.config.max_retries):
         try:
             return emb.embed(texts)
         except Exception as exc:
-            if attempt == retries:
-                raise
             delay = backoff * 2**attempt
             log(logger, "embedding failed, retrying", logging.WARNING, attempt=attempt + 1,
                 delay_s=delay, error=_reason(exc))
             time.sleep(delay)
-    raise AssertionError("unreachable")
+    return emb.embed(texts)  # the last attempt: what it raises is the reason recorded
 
 
 def _reason(exc: BaseException) -> str:
