@@ -15,11 +15,14 @@ SETNAME) and must have been born before the job started, since a worker restarte
 the same name does not vouch for its predecessor's job. A job in the failed registry is
 not in flight.
 
-Enqueueing is RQ's *unique* enqueue. In rq 3.0 a plain enqueue with an id that exists
-overwrites the job and pushes the id a second time, so the job would run twice; a unique
-enqueue refuses with ``DuplicateJobError``. A refused id whose job is no longer in flight
-(failed, abandoned by a dead worker, or finished with results that never arrived) is
-deleted and enqueued afresh; one still in flight is left alone.
+An id is never queued twice. In rq 3.0 a plain enqueue with an id that exists overwrites
+the job and pushes the id a second time, so the job would run twice. Ids are therefore
+checked inside a transaction that WATCHes their job keys: the new ones are enqueued
+together in one round trip, and an id that exists (or that another enqueuer took
+meanwhile) goes through RQ's *unique* enqueue, which refuses with ``DuplicateJobError``.
+A refused id whose job is no longer in flight (failed, abandoned by a dead worker, or
+finished with results that never arrived) is deleted and enqueued afresh; one still in
+flight is left alone.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ RESULT_TTL_S = 60
 FAILURE_TTL_S = 7 * 24 * 3600
 """How long a failed job stays visible to operators (rq-dashboard) before Redis drops it."""
 
+JOBS_PER_ROUND_TRIP = 50
+"""Jobs enqueued per Redis transaction: one round trip per group, not two per job."""
+
 _WAITING = frozenset(s.value for s in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED))
 _READ_CHUNK = 500
 
@@ -89,18 +95,47 @@ def enqueue(
 ) -> int:
     """Enqueue ``messages`` in jobs of ``batch_size``; returns how many jobs were added.
 
-    ``messages`` may be a generator: it is consumed one job at a time.
+    ``messages`` may be a generator: it is consumed :data:`JOBS_PER_ROUND_TRIP` jobs at a time.
     """
     queue = embed_queue(connection)
     added = 0
+    group: list[list[Message]] = []
     for chunk in chunked(messages, batch_size):
-        added += _enqueue_one(queue, model, chunk)
-    return added
+        group.append(chunk)
+        if len(group) == JOBS_PER_ROUND_TRIP:
+            added += _enqueue_group(queue, model, group)
+            group = []
+    return added + (_enqueue_group(queue, model, group) if group else 0)
 
 
-def _enqueue_one(queue: Queue, model: str, messages: Sequence[Message]) -> bool:
-    ids = [mid for mid, _ in messages]
-    jid = job_id(model, ids)
+def _enqueue_group(queue: Queue, model: str, chunks: list[list[Message]]) -> int:
+    """New ids in one atomic round trip; ids that exist (or a lost race) one by one."""
+    jids = [job_id(model, [mid for mid, _ in chunk]) for chunk in chunks]
+    with queue.connection.pipeline() as pipe:
+        try:
+            keys = [Job.key_for(jid) for jid in jids]
+            pipe.watch(*keys)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+            exists = _existing(pipe, keys)
+            pipe.multi()
+            fresh = [(jid, c) for jid, c, e in zip(jids, chunks, exists, strict=True) if not e]
+            if fresh:
+                queue.enqueue_many([_job_data(jid, model, c) for jid, c in fresh], pipeline=pipe)
+                pipe.execute()
+        except redis.exceptions.WatchError:  # another enqueuer touched one of these ids
+            exists = [True] * len(jids)
+    slow = [(jid, c) for jid, c, e in zip(jids, chunks, exists, strict=True) if e]
+    return len(jids) - len(slow) + sum(_enqueue_one(queue, model, jid, c) for jid, c in slow)
+
+
+def _existing(pipe: Any, keys: list[str]) -> list[bool]:
+    # A watching pipeline runs commands at once: one EXISTS for all keys answers the usual
+    # case (none exists) in one round trip; only otherwise is each key asked.
+    if not pipe.exists(*keys):
+        return [False] * len(keys)
+    return [bool(pipe.exists(key)) for key in keys]
+
+
+def _enqueue_one(queue: Queue, model: str, jid: str, messages: Sequence[Message]) -> bool:
     try:
         _enqueue_unique(queue, jid, model, messages)
         return True
@@ -116,20 +151,26 @@ def _enqueue_one(queue: Queue, model: str, messages: Sequence[Message]) -> bool:
     return True
 
 
-def _enqueue_unique(queue: Queue, jid: str, model: str, messages: Sequence[Message]) -> None:
-    queue.enqueue_call(
-        EMBED_FUNCTION,
-        kwargs={"model": model,
-                "messages": [{"message_id": mid, "content": text} for mid, text in messages]},
-        job_id=jid,
-        unique=True,
-        meta={"model": model, "message_ids": [mid for mid, _ in messages]},
+def _job_options(jid: str, model: str, messages: Sequence[Message]) -> dict[str, Any]:
+    return {
+        "kwargs": {"model": model, "messages": [{"message_id": mid, "content": text}
+                                                for mid, text in messages]},
+        "job_id": jid,
+        "meta": {"model": model, "message_ids": [mid for mid, _ in messages]},
         # The default description is the call with every text in it: keep it short.
-        description=f"embed {len(messages)} messages with {model}",
-        timeout=JOB_TIMEOUT_S + JOB_TIMEOUT_PER_MESSAGE_S * len(messages),
-        result_ttl=RESULT_TTL_S,
-        failure_ttl=FAILURE_TTL_S,
-    )
+        "description": f"embed {len(messages)} messages with {model}",
+        "timeout": JOB_TIMEOUT_S + JOB_TIMEOUT_PER_MESSAGE_S * len(messages),
+        "result_ttl": RESULT_TTL_S,
+        "failure_ttl": FAILURE_TTL_S,
+    }
+
+
+def _job_data(jid: str, model: str, messages: Sequence[Message]) -> Any:
+    return Queue.prepare_data(EMBED_FUNCTION, **_job_options(jid, model, messages))
+
+
+def _enqueue_unique(queue: Queue, jid: str, model: str, messages: Sequence[Message]) -> None:
+    queue.enqueue_call(EMBED_FUNCTION, unique=True, **_job_options(jid, model, messages))
 
 
 def _in_flight(connection: redis.Redis, jid: str) -> bool:

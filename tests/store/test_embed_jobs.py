@@ -133,6 +133,39 @@ def test_enqueueing_the_same_messages_twice_queues_one_job(broker: redis.Redis) 
     assert broker.llen(f"rq:queue:{names.QUEUE_EMBED}") == 1
 
 
+def test_a_mix_of_new_and_existing_jobs_queues_each_id_once(
+    broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embed_jobs, "JOBS_PER_ROUND_TRIP", 2)
+    messages = [(uuid7(), f"m{i}") for i in range(7)]
+    assert embed_jobs.enqueue(broker, MODEL, messages[2:4], 2) == 1
+    assert embed_jobs.enqueue(broker, MODEL, messages, 2) == 3  # 4 jobs, one already queued
+    jobs = broker.lrange(f"rq:queue:{names.QUEUE_EMBED}", 0, -1)
+    assert len(jobs) == len(set(jobs)) == 4
+
+
+def test_a_concurrent_enqueuer_of_the_same_job_does_not_double_it(
+    config: Config, broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = [(uuid7(), "hello"), (uuid7(), "world")]
+    rival = redis.Redis.from_url(config.redis_url)  # e.g. backfill-embeddings, elsewhere
+    checked = embed_jobs._existing
+    rival_added: list[int] = []
+
+    def racing(pipe: object, keys: list[str]) -> list[bool]:
+        answer = checked(pipe, keys)
+        monkeypatch.setattr(embed_jobs, "_existing", checked)  # the rival runs unhindered
+        # ...and its enqueue lands between our check and our EXEC.
+        rival_added.append(embed_jobs.enqueue(rival, MODEL, messages, 64))
+        return answer
+
+    monkeypatch.setattr(embed_jobs, "_existing", racing)
+    assert embed_jobs.enqueue(broker, MODEL, messages, 64) == 0  # the rival's job stands
+    assert rival_added == [1]
+    assert broker.lrange(f"rq:queue:{names.QUEUE_EMBED}", 0, -1) == [
+        embed_jobs.job_id(MODEL, [m for m, _ in messages]).encode()]
+
+
 def test_rq_plain_enqueue_would_queue_an_existing_id_twice(broker: redis.Redis) -> None:
     # Why embed_jobs uses unique enqueues: if this ever stops holding, the guard is moot.
     queue = Queue("canary", connection=broker)
