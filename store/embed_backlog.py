@@ -23,7 +23,7 @@ again after each committed batch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 
@@ -32,7 +32,6 @@ import redis
 
 from memq import names
 from memq.config import Config
-from memq.errors import StoreError
 from memq.logs import log
 from store import embed_jobs
 from store.effects import Effects
@@ -184,25 +183,29 @@ class EmbedBacklog:
         try:
             if effects.embed:
                 embed_jobs.enqueue(self.redis, self.model, effects.embed, self.batch_size)
-            if self.pending is not None:
-                self._finish()
         except redis.exceptions.RedisError as exc:
             # The batch is committed; the reconcile pass will enqueue what is missing.
             log(logger, "embed jobs not enqueued", logging.WARNING,
                 messages=len(effects.embed), error=str(exc))
+        if self.pending is not None:
+            self._guarded(self._finish)
 
     def reconcile(self) -> None:
         """Start a pass, or finish a waiting one (see the module docstring)."""
+        self._guarded(self._start_or_finish)
+
+    def _start_or_finish(self) -> None:
+        if self.pending is None:
+            self.pending = Snapshot.take(self.conn, self.redis, self.model)
+        self._finish()
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        # A failed pass is dropped, not fatal: the writer's next pass starts afresh.
         try:
-            if self.pending is None:
-                self.pending = Snapshot.take(self.conn, self.redis, self.model)
-            self._finish()
-        except redis.exceptions.RedisError as exc:
+            step()
+        except (redis.exceptions.RedisError, apsw.Error) as exc:
             self.pending = None
             log(logger, "embedding reconcile failed", logging.WARNING, error=str(exc))
-        except apsw.Error as exc:
-            self.pending = None
-            raise StoreError(f"embedding reconcile could not read messages: {exc}") from exc
 
     def _finish(self) -> None:
         snapshot = self.pending

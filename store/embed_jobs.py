@@ -10,10 +10,10 @@ field of each job, never the texts.
 that is still alive. RQ notices a dead SimpleWorker only when the job's entry in the
 StartedJobRegistry expires (the job timeout plus a minute; see
 ``StartedJobRegistry.cleanup``), so a started job is judged here instead: its worker must
-still hold its Redis connection (RQ names that connection after the worker with CLIENT
-SETNAME) and must have been born before the job started, since a worker restarted under
-the same name does not vouch for its predecessor's job. A job in the failed registry is
-not in flight.
+still hold a Redis connection named after it (``memq worker`` names every connection it
+opens; RQ alone names only the first) and must have been born before the job started,
+since a worker restarted under the same name does not vouch for its predecessor's job. A
+job in the failed registry is not in flight.
 
 An id is never queued twice. In rq 3.0 a plain enqueue with an id that exists overwrites
 the job and pushes the id a second time, so the job would run twice. Ids are therefore
