@@ -10,7 +10,10 @@
    the clock runs until the last vector is committed to SQLite;
 3. raw again (the machine is shared: bracketing the pipeline shows the drift);
 4. pipeline, two workers, on a fresh database;
-5. raw with two threads: what one process gets from both cores.
+5. raw with two threads: what one process gets from both cores;
+6. the embed job under a SimpleWorker in this process, timing the model inside it: the
+   share of the worker's time spent outside the model (RQ, Redis, building events) is
+   measured with both clocks running at once, so other load on the machine cannot skew it.
 
 Threads are set on purpose: every process runs with OMP/OPENBLAS/MKL_NUM_THREADS=1 and
 the model with one onnxruntime thread (``[embed] threads = 1``), so one worker uses one
@@ -47,6 +50,7 @@ import redis  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from memq import names  # noqa: E402
 from memq.config import DEFAULT_MODEL_NAME  # noqa: E402
 from producers import MemoryClient  # noqa: E402
 from store import embed_jobs  # noqa: E402
@@ -117,14 +121,15 @@ class Stack:
                     "MEMQ_EMBED_MODEL_DIR": str(MODEL_DIR), "PYTHONPATH": str(ROOT)}
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self) -> None:
+    def start(self, *, writer: bool = True) -> None:
         binary = shutil.which("redis-server") or sys.exit("redis-server is not installed")
         self.procs.append(subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.dir)], stdout=subprocess.DEVNULL))
         client = redis.Redis.from_url(self.url)
         _wait(lambda: _pings(client), "redis-server to start")
-        self.procs.append(self.memq("writer"))
+        if writer:
+            self.procs.append(self.memq("writer"))
 
     def memq(self, *args: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-m", "memq", *args], cwd=ROOT, env=self.env,
@@ -170,6 +175,47 @@ def pipeline(items: list[str], batch: int, workers: int) -> Run:
         return Run(workers, len(items), done_at - launched, done_at - first_at,
                    len(items) - first_count, _children_cpu() - cpu_before)
     finally:
+        stack.stop()
+
+
+def worker_overhead(items: list[str], batch: int) -> tuple[float, float]:
+    """Run the embed job in this process under a SimpleWorker, as ``memq worker`` does, and
+    time what the model takes; returns (seconds in the worker, seconds in the model).
+
+    Both clocks run at once in one process, so load from elsewhere cannot skew the share.
+    """
+    from memq.config import Config, EmbedConfig
+    from memq.embedding import Embedder
+    from workers import context
+    from workers.embed import embedder
+    from workers.queues import worker
+
+    stack = Stack(batch)
+    stack.start(writer=False)  # the results stay in the inbox: only the worker is timed
+    original = Embedder.embed
+    try:
+        broker = redis.Redis.from_url(stack.url)
+        config = Config(redis_url=stack.url, embed=EmbedConfig(
+            model_dir=str(MODEL_DIR), threads=1, batch_size=batch, job_batch_size=batch))
+        context.install(context.WorkerContext(config, broker))
+        embedder(config.embed).load()
+        embed_jobs.enqueue(broker, DEFAULT_MODEL_NAME,
+                           [(f"m{i}", text) for i, text in enumerate(items)], batch)
+        in_model = [0.0]
+
+        def timed(self: Embedder, texts: list[str]) -> object:
+            started = time.perf_counter()
+            try:
+                return original(self, texts)
+            finally:
+                in_model[0] += time.perf_counter() - started
+
+        Embedder.embed = timed  # type: ignore[method-assign,assignment]
+        started = time.perf_counter()
+        worker([names.QUEUE_EMBED], broker).work(burst=True, logging_level="WARNING")
+        return time.perf_counter() - started, in_model[0]
+    finally:
+        Embedder.embed = original  # type: ignore[method-assign]
         stack.stop()
 
 
@@ -246,12 +292,16 @@ def main() -> None:
     _print_run(two)
     both = raw(items, args.batch, threads=2)
     print(f"raw fastembed, 2 threads:       {both.rate:7.1f} msg/s")
+    overhead_total, overhead_model = worker_overhead(items, args.batch)
     print()
     print(f"pipeline / raw, 1 worker:  steady {one.steady_rate / raw_rate:6.1%}   "
           f"end to end {one.end_to_end_rate / raw_rate:6.1%}   (goal >= 85%)")
     print(f"CPU per message, 1 worker: {one.worker_cpu_s / one.messages * 1000:.2f} ms "
           f"(start-up and model load included), raw {raw_cpu_ms:.2f} ms: "
           f"{raw_cpu_ms / (one.worker_cpu_s / one.messages * 1000):.1%} efficient")
+    print(f"in-process worker:         {overhead_model / overhead_total:6.1%} of the worker's "
+          f"time is the model ({overhead_total - overhead_model:.2f} s of "
+          f"{overhead_total:.1f} s elsewhere: RQ, Redis, events)")
     print(f"2 workers / 1 worker:      steady {two.steady_rate / one.steady_rate:5.2f}x  "
           f"end to end {two.end_to_end_rate / one.end_to_end_rate:5.2f}x")
     print(f"2 workers / raw 2 threads: steady {two.steady_rate / both.rate:6.1%}")
