@@ -306,7 +306,8 @@ def test_a_worker_process_keeps_its_name_across_reconnections(
                      config.redis_url),
         cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: bool(named()), "the worker to connect")
+        wait_until(lambda: broker.hget("rq:worker:steady-worker", "state") == b"idle",
+                   "the worker to wait for jobs")
         before = {c["id"] for c in named()}
         for client_id in before:
             broker.client_kill_filter(_id=client_id)  # a network blip
