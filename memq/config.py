@@ -88,6 +88,16 @@ class EmbedConfig:
     batch_size: int = 64
     threads: int = 1
     max_retries: int = 3
+    retry_backoff_s: float = 0.5
+    job_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.job_batch_size < 1:
+            raise ConfigError(
+                f"[embed] job_batch_size must be at least 1, got {self.job_batch_size}"
+            )
+        if self.max_retries < 0 or self.retry_backoff_s < 0:
+            raise ConfigError("[embed] max_retries and retry_backoff_s must not be negative")
 
 
 @dataclass(frozen=True)

@@ -180,12 +180,29 @@ def _consolidation(cur: apsw.Cursor) -> None:
     )
 
 
+def _embedding_backlog(cur: apsw.Cursor) -> None:
+    # The reconcile pass asks every minute which messages still need a vector from the
+    # configured model. These partial indexes answer by seeking, not by scanning every
+    # message: rows are ordered by (model, seq), NULL model first (never embedded), and
+    # blank messages, which are never embedded, are left out. Queries must repeat these
+    # WHERE terms word for word for SQLite to use them (store/embed_backlog.py does).
+    cur.execute(
+        """
+        CREATE INDEX messages_embedding_backlog ON messages(embedding_model, seq)
+            WHERE embedding_error IS NULL AND trim(content, char(32, 9, 10, 11, 12, 13)) <> '';
+        CREATE INDEX messages_embedding_failed ON messages(seq)
+            WHERE embedding_error IS NOT NULL;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_event_log", _event_log),
     Migration("0002_projections", _projections),
     Migration("0003_import_legacy_messages", _import_legacy),
     Migration("0004_macro_learning", _macro_learning),
     Migration("0005_consolidation", _consolidation),
+    Migration("0006_embedding_backlog_index", _embedding_backlog),
 ]
 
 PROJECTION_TABLES = (

@@ -8,6 +8,7 @@ import redis
 
 from memq.config import Config
 from memq.logs import log, redact_url
+from store import embed_backlog
 from store.config_tasks import sync_config_tasks
 from store.consolidation_jobs import ConsolidationPlanner
 from store.task_runs import TaskRuns
@@ -29,5 +30,6 @@ def open_writer(config: Config, broker: redis.Redis) -> Writer:
     writer.after_commit.append(task_runs.after_commit)
     writer.reconcilers.append(task_runs.reconcile)
     writer.after_commit.append(ConsolidationPlanner(config, writer.conn, broker))
+    embed_backlog.attach(writer)
     log(logger, "writer started", db=config.db_path, redis=redact_url(config.redis_url))
     return writer

@@ -16,6 +16,7 @@ from memq.cli import (
     context,
     dashboard,
     demo,
+    embeddings,
     metrics,
     model,
     status,
@@ -27,8 +28,8 @@ from memq.cli import (
 from memq.errors import MemqError
 
 GROUPS = (
-    writer, worker, admin, model, context, consolidate, tasks, up, status, dashboard, metrics,
-    demo,
+    writer, worker, admin, model, context, embeddings, consolidate, tasks, up, status,
+    dashboard, metrics, demo,
 )
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
