@@ -18,14 +18,18 @@ TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 """Errors after which a retry may succeed (Redis restarting, a network blip)."""
 
 
-def connect(url: str, *, timeout_s: float = 10.0) -> redis.Redis:
-    """A client for ``url`` (``redis://``, ``rediss://`` or ``unix://``); lazy, no I/O yet."""
+def connect(url: str, *, timeout_s: float = 10.0, client_name: str | None = None) -> redis.Redis:
+    """A client for ``url`` (``redis://``, ``rediss://`` or ``unix://``); lazy, no I/O yet.
+
+    ``client_name`` is set on every connection, reconnections included (CLIENT SETNAME).
+    """
     try:
         return redis.Redis.from_url(
             url,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             health_check_interval=30,
+            client_name=client_name,
         )
     except ValueError as exc:
         raise ConfigError(f"invalid Redis URL {redact_url(url)}: {exc}") from exc

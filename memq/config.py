@@ -102,6 +102,16 @@ class EmbedConfig:
     batch_size: int = 64
     threads: int = 1
     max_retries: int = 3
+    retry_backoff_s: float = 0.5
+    job_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.job_batch_size < 1:
+            raise ConfigError(
+                f"[embed] job_batch_size must be at least 1, got {self.job_batch_size}"
+            )
+        if self.max_retries < 0 or self.retry_backoff_s < 0:
+            raise ConfigError("[embed] max_retries and retry_backoff_s must not be negative")
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,32 @@ class ConsolidationConfig:
     min_age_hours: float = 24.0
     chunk_size: int = 40
     summary_importance: float = 0.7
+    chunk_chars: int = 16_000
+    """Upper bound on the characters of one chunk (a single longer message is its own)."""
+    min_chunk_chars: int = 400
+    """A chunk with fewer characters is left for a later pass: too little to compress."""
+    max_chunks_per_pass: int = 500
+    """Bounds one pass's work; the next pass goes on where this one stopped."""
+    target_ratio: float = 0.3
+    """Share of the source characters the extractive summariser aims for."""
+    job_timeout_s: int = 300
+
+    def __post_init__(self) -> None:
+        checks = {
+            "interval_hours": self.interval_hours > 0,
+            "min_age_hours": self.min_age_hours >= 0,
+            "chunk_size": self.chunk_size >= 1,
+            "summary_importance": 0.0 <= self.summary_importance <= 1.0,
+            "chunk_chars": self.chunk_chars >= 1,
+            "min_chunk_chars": self.min_chunk_chars >= 0,
+            "max_chunks_per_pass": self.max_chunks_per_pass >= 1,
+            "target_ratio": 0.0 < self.target_ratio < 1.0,
+            "job_timeout_s": self.job_timeout_s >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            values = ", ".join(f"{name} = {getattr(self, name)!r}" for name in bad)
+            raise ConfigError(f"[consolidation] value(s) out of range: {values}")
 
 
 @dataclass(frozen=True)
@@ -118,6 +154,7 @@ class LLMConfig:
     model: str = ""
     api_key_env: str = "MEMQ_LLM_API_KEY"
     timeout_s: float = 30.0
+    max_tokens: int = 1024
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ errors are translated into it once, at the boundary, with ``raise ... from``::
     │   └── MigrationError       the schema cannot be brought up to date
     ├── BrokerError              Redis cannot be reached or answered an error
     ├── FlushTimeout             the writer did not commit in time
-    └── ModelError               the embedding model files are missing or corrupt
+    ├── ModelError               the embedding model files are missing or corrupt
+    └── SummariserError          no usable summary: the messages stay unconsolidated
 
 The CLI turns a ``MemqError`` into its one-line message and exit code 1.
 """
@@ -70,3 +71,8 @@ class FlushTimeout(MemqError, TimeoutError):
 
 class ModelError(MemqError):
     """The embedding model files are missing, incomplete or do not match their checksum."""
+
+
+class SummariserError(MemqError):
+    """The summariser failed (a remote model erred, timed out or answered garbage) or its
+    summary was rejected by the guard rails; the messages stay unconsolidated."""

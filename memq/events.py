@@ -34,6 +34,7 @@ class EventType(StrEnum):
     MESSAGE_EMBEDDING_FAILED = "message.embedding_failed"
     SESSION_CONSOLIDATED = "session.consolidated"
     SESSION_FORGOTTEN = "session.forgotten"
+    CONSOLIDATION_REQUESTED = "consolidation.requested"
     FACT_SET = "fact.set"
     FACT_DELETED = "fact.deleted"
     MACRO_OBSERVED = "macro.observed"
@@ -51,6 +52,11 @@ FACT_SOURCES = frozenset({"agent", "user"})
 TASK_SOURCES = frozenset({"tool", "config"})
 SHORT = 200
 """Length limit, in characters, of identifiers and names."""
+MAX_MIN_AGE_HOURS = 24.0 * 365 * 100
+"""A consolidation request's age limit beyond which nothing could ever be old enough."""
+MAX_SUMMARY_SOURCES = 1000
+"""Most messages one ``session.consolidated`` event may summarise."""
+MAX_FACT_VALUE_CHARS = 2000
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -145,6 +151,10 @@ SCHEMAS: dict[str, Schema] = {
         needs_session=True,
     ),
     EventType.SESSION_FORGOTTEN: Schema(1, {}, needs_session=True),
+    # A pass over every session, or over one when the event names a session.
+    EventType.CONSOLIDATION_REQUESTED: Schema(
+        1, {"min_age_hours": _opt(float, low=0.0, high=MAX_MIN_AGE_HOURS)}
+    ),
     EventType.FACT_SET: Schema(
         1,
         {
@@ -404,3 +414,23 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
              list: "a list", dict: "an object"}
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def check_proposed_fact(value: Any) -> dict[str, str]:
+    """One fact a summary proposes: ``{"category", "key", "value"}``, all non-empty text."""
+    if not isinstance(value, dict):
+        raise ValidationError(f"a proposed fact must be an object, got {type(value).__name__}")
+    if set(value) != {"category", "key", "value"}:
+        raise ValidationError(
+            f"a proposed fact has exactly category, key and value, got {sorted(value)}"
+        )
+    fact = {k: check_identifier(f"fact {k}", value[k]) for k in ("category", "key")}
+    text = value["value"]
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_FACT_VALUE_CHARS:
+        raise ValidationError(
+            f"fact value must be non-empty text of at most {MAX_FACT_VALUE_CHARS} characters"
+        )
+    if "\x00" in text:
+        raise ValidationError("fact value contains a NUL character")
+    fact["value"] = text
+    return fact

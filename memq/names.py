@@ -51,3 +51,6 @@ def task_job_id(task_id: str, slot: int) -> str:
 
 def task_fired_key(task_id: str, slot: int) -> str:
     return f"{TASK_FIRED_PREFIX}{task_id}:{slot}"
+
+CONSOLIDATION_PLANNED_PREFIX = "memq:consolidation:planned:"
+"""+ a request's event id: set once the writer has planned that pass (``--wait`` reads it)."""

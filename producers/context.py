@@ -115,6 +115,7 @@ class ContextMixin:
         self.sources = SessionSources(
             self.readers, self.vector_cache, self.query_vectors,
             cap=memory.working_memory_cap, max_sessions=memory.max_sessions,
+            verbatim=retrieval.recency_limit,
         )
         self.working_memory = self.sources.working_memory
 

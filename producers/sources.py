@@ -22,14 +22,12 @@ from producers.messages import MESSAGE_COLUMNS, Message, chronological_key, mess
 from producers.working_memory import WorkingMemory
 from store import lexical
 from store.reader import ReadPool
+from store.summaries import timeline
 from store.vector_cache import VectorCache
 
 IMPORTANCE_WINDOW = 1000
 """Newest turns searched for important ones before the importance index is used."""
 
-_RECENT = f"""
-    SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?
-    ORDER BY created_at DESC, seq DESC LIMIT ?"""
 _IMPORTANT_BY_INDEX = f"""
     SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND importance >= ?
     ORDER BY created_at DESC, seq DESC LIMIT ?"""
@@ -55,8 +53,10 @@ class SessionSources:
     def __init__(
         self, readers: ReadPool, vector_cache: VectorCache,
         query_vector: Callable[[str], np.ndarray], *, cap: int, max_sessions: int,
+        verbatim: int = 0,
     ) -> None:
         self.readers = readers
+        self.verbatim = verbatim
         self.vector_cache = vector_cache
         self.query_vector = query_vector
         self._database_seen = False
@@ -131,8 +131,16 @@ class SessionSources:
         return {str(row[0]): message_from_row(row[1:]) for row in rows}
 
     def load_recent(self, session_id: str, limit: int) -> list[Message]:
-        """The last ``limit`` committed turns, oldest first (hydrates working memory)."""
-        return self._select(_RECENT, (session_id, limit))[::-1]
+        """The last ``limit`` committed items, oldest first (hydrates working memory).
+
+        The newest ``verbatim`` turns (the recency window) come as they are; before them a
+        consolidated turn is replaced by its summary, so older history costs fewer items.
+        """
+        if not self.database_exists():
+            return []
+        with self.readers.connection() as conn:
+            rows = timeline(conn, session_id, limit, verbatim=self.verbatim)
+        return [message_from_row(row) for row in rows]
 
     def messages(self, ids: list[str]) -> list[Message]:
         if not ids:

@@ -116,7 +116,7 @@ def apply_careful(cur: apsw.Cursor, batch: list[Decoded], now: str, result: Batc
 def _apply_in_savepoint(cur: apsw.Cursor, event: Event, now: str, effects: Effects) -> bool:
     """Insert and project one event inside a savepoint; False if it was a duplicate."""
     cur.execute("SAVEPOINT event")
-    mark = (len(effects.embed), set(effects.tasks_changed))
+    mark = effects.mark()
     try:
         seq = append_event(cur, event, now)
         if seq is not None:
@@ -124,8 +124,7 @@ def _apply_in_savepoint(cur: apsw.Cursor, event: Event, now: str, effects: Effec
     except APPLY_ERRORS as exc:
         cur.execute("ROLLBACK TO event")
         cur.execute("RELEASE event")
-        del effects.embed[mark[0]:]
-        effects.tasks_changed.intersection_update(mark[1])
+        effects.undo_since(mark)
         raise InvalidEvent(str(exc)) from exc
     cur.execute("RELEASE event")
     return seq is not None

@@ -5,6 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True)
+class ConsolidationRequest:
+    """A consolidation pass to plan once the batch is committed."""
+
+    event_id: str
+    requested_at: str
+    """The request event's ``created_at``: messages older than this minus the age are due."""
+    min_age_hours: float | None
+    """None: the writer's configured age."""
+    session_id: str | None
+    """None: every session."""
+
+
 @dataclass
 class Effects:
     """What the writer must do once the batch is durable (never before: a rolled-back
@@ -16,6 +29,20 @@ class Effects:
     tasks_changed: set[str] = field(default_factory=set)
     """Ids of scheduled tasks whose pending run must be (re)registered or removed."""
 
+    consolidate: list[ConsolidationRequest] = field(default_factory=list)
+    """Consolidation passes requested in this batch."""
+
     def clear(self) -> None:
         self.embed.clear()
         self.tasks_changed.clear()
+        self.consolidate.clear()
+
+    def mark(self) -> tuple[int, frozenset[str], int]:
+        """Where the effects stand now, for :meth:`undo_since` when an event is rolled back."""
+        return len(self.embed), frozenset(self.tasks_changed), len(self.consolidate)
+
+    def undo_since(self, mark: tuple[int, frozenset[str], int]) -> None:
+        embed, tasks, consolidate = mark
+        del self.embed[embed:]
+        self.tasks_changed.intersection_update(tasks)
+        del self.consolidate[consolidate:]

@@ -1,7 +1,7 @@
 """Lexical search over message content: the ``messages_fts`` index, ranked by BM25.
 
 The appliers that insert messages call :func:`index` in the writer's transaction, so the
-index and ``messages`` never disagree (migration ``0006_fts`` indexed what was there
+index and ``messages`` never disagree (migration ``0007_fts`` indexed what was there
 before; an applier that ever deletes messages calls :func:`unindex`).
 
 A query is turned into an FTS5 expression the user cannot steer: its words are extracted
@@ -61,7 +61,7 @@ def index(cur: apsw.Cursor, rows: Iterable[tuple[int, str, str]]) -> None:
         cur.executemany(_INDEX, [(seq, content, session_token(session_id))
                                  for seq, session_id, content in rows])
     except apsw.SQLError as exc:
-        # Only while migration 0003 imports a legacy database, before 0006 creates the
+        # Only while migration 0003 imports a legacy database, before 0007 creates the
         # index (and then indexes every row there is).
         if "no such table: messages_fts" not in str(exc):
             raise
@@ -88,7 +88,7 @@ def session_token(session_id: str) -> str:
     """The token the index stores for a session: 's', the hex of its UTF-8, 'x'.
 
     Hex alone could be split by the tokenizer or stemmed (it may end in "ed"); no Porter
-    rule strips an 'x'. Migration 0006 computes the same in SQL.
+    rule strips an 'x'. Migration 0007 computes the same in SQL.
     """
     return f"s{session_id.encode('utf-8', 'surrogatepass').hex().upper()}x"
 

@@ -163,14 +163,47 @@ def _macro_learning(cur: apsw.Cursor) -> None:
     )
 
 
+def _consolidation(cur: apsw.Cursor) -> None:
+    # A source has at most one summary: the primary key is the schema's own guarantee
+    # that no message is ever consolidated twice.
+    cur.execute(
+        """
+        CREATE TABLE summary_sources (
+            source_id  TEXT PRIMARY KEY,
+            summary_id TEXT NOT NULL,
+            position   INTEGER NOT NULL
+        );
+        CREATE INDEX summary_sources_by_summary ON summary_sources(summary_id, position);
+        CREATE INDEX messages_unconsolidated ON messages(session_id, created_at, seq)
+            WHERE consolidated_at IS NULL;
+        """
+    )
+
+
+def _embedding_backlog(cur: apsw.Cursor) -> None:
+    # The reconcile pass asks every minute which messages still need a vector from the
+    # configured model. These partial indexes answer by seeking, not by scanning every
+    # message: rows are ordered by (model, seq), NULL model first (never embedded), and
+    # blank messages, which are never embedded, are left out. Queries must repeat these
+    # WHERE terms word for word for SQLite to use them (store/embed_backlog.py does).
+    cur.execute(
+        """
+        CREATE INDEX messages_embedding_backlog ON messages(embedding_model, seq)
+            WHERE embedding_error IS NULL AND trim(content, char(32, 9, 10, 11, 12, 13)) <> '';
+        CREATE INDEX messages_embedding_failed ON messages(seq)
+            WHERE embedding_error IS NOT NULL;
+        """
+    )
+
+
 def _fts(cur: apsw.Cursor) -> None:
     # The lexical index of message content (store/lexical.py). Contentless (the text
     # stays in `messages` only) and keyed by the message's `seq`, which is stable across
     # `memq rebuild` and VACUUM, unlike the implicit rowid; the unique index makes "one
     # message per event", which the key relies on, the schema's guarantee. The appliers
     # that insert messages index them in the same transaction (not triggers: FTS5 flushes
-    # its pending terms at every trigger statement's savepoint, which made inserts six
-    # times slower). `session` holds one token per session, built as
+    # its pending terms at every trigger statement's savepoint; inserts ran 2.5-4 times
+    # slower here). `session` holds one token per session, built as
     # store.lexical.session_token does, so a query stays inside its session in FTS5.
     cur.execute(
         """
@@ -191,12 +224,15 @@ MIGRATIONS: list[Migration] = [
     Migration("0002_projections", _projections),
     Migration("0003_import_legacy_messages", _import_legacy),
     Migration("0004_macro_learning", _macro_learning),
-    Migration("0006_fts", _fts),
+    Migration("0005_consolidation", _consolidation),
+    Migration("0006_embedding_backlog_index", _embedding_backlog),
+    Migration("0007_fts", _fts),
 ]
 
 PROJECTION_TABLES = (
     "messages", "facts", "macros", "scheduled_tasks", "terminal_allowed_prefixes",
     "macro_next_args", "macro_last_calls",
+    "summary_sources",
 )
 """Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping.
 

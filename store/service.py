@@ -8,7 +8,9 @@ import redis
 
 from memq.config import Config
 from memq.logs import log, redact_url
+from store import embed_backlog
 from store.config_tasks import sync_config_tasks
+from store.consolidation_jobs import ConsolidationPlanner
 from store.task_runs import TaskRuns
 from store.writer import Writer
 
@@ -27,5 +29,7 @@ def open_writer(config: Config, broker: redis.Redis) -> Writer:
     task_runs = TaskRuns(writer.conn, broker)
     writer.after_commit.append(task_runs.after_commit)
     writer.reconcilers.append(task_runs.reconcile)
+    writer.after_commit.append(ConsolidationPlanner(config, writer.conn, broker))
+    embed_backlog.attach(writer)
     log(logger, "writer started", db=config.db_path, redis=redact_url(config.redis_url))
     return writer

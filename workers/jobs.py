@@ -1,3 +1,5 @@
 """Imports every job module so that their functions are registered as runnable jobs."""
 
-import workers.tasks  # noqa: F401
+from workers import consolidate, embed, tasks
+
+__all__ = ["consolidate", "embed", "tasks"]

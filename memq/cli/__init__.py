@@ -12,9 +12,11 @@ from collections.abc import Sequence
 
 from memq.cli import (
     admin,
+    consolidate,
     context,
     dashboard,
     demo,
+    embeddings,
     metrics,
     model,
     status,
@@ -25,7 +27,10 @@ from memq.cli import (
 )
 from memq.errors import MemqError
 
-GROUPS = (writer, worker, admin, model, context, tasks, up, status, dashboard, metrics, demo)
+GROUPS = (
+    writer, worker, admin, model, context, embeddings, consolidate, tasks, up, status,
+    dashboard, metrics, demo,
+)
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
 

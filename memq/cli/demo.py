@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
@@ -133,32 +133,19 @@ def _agent(config: Config, session: str, script: Sequence[Turn], timeout: float,
 # -- facts and tasks ---------------------------------------------------------------------
 
 
-def _feature(client: Any, name: str) -> Callable[..., Any] | None:
-    """MERGE GUARD: the demo is written against DESIGN.md's MemoryClient; a build that does
-    not have ``name`` yet says so instead of failing. Remove once every feature is in."""
-    method = getattr(client, name, None)
-    if method is None:
-        _say(f"  (this build has no MemoryClient.{name} yet: skipped)")
-    return method
-
-
 def _remember(client: Any) -> None:
     _say("facts and a scheduled task")
-    set_fact = _feature(client, "set_fact")
-    if set_fact is not None:
-        set_fact("user", "name", "Dana", source="user")
-        set_fact("user", "allergy", "peanuts (severe)", source="user")
-        set_fact("project", "billing_deploys", "Tuesdays, blue-green on Kubernetes")
-    schedule_task = _feature(client, "schedule_task")
-    if schedule_task is not None:
-        task_id = schedule_task("billing-rollout-check", "every Tuesday at 9am",
-                                "Check that the billing blue-green rollout finished.")
-        _say(f"  scheduled task {task_id}: billing-rollout-check, every Tuesday at 9am")
+    client.set_fact("user", "name", "Dana", source="user")
+    client.set_fact("user", "allergy", "peanuts (severe)", source="user")
+    client.set_fact("project", "billing_deploys", "Tuesdays, blue-green on Kubernetes")
+    task_id = client.schedule_task("billing-rollout-check", "every Tuesday at 9am",
+                                   "Check that the billing blue-green rollout finished.")
+    _say(f"  scheduled task {task_id}: billing-rollout-check, every Tuesday at 9am")
     client.flush()
-    for listing in ("facts", "tasks"):
-        method = _feature(client, listing)
-        for item in method() if method is not None else []:
-            _say(f"  {listing[:-1]}: {_describe(item)}")
+    for fact in client.facts():
+        _say(f"  fact: {_describe(fact)}")
+    for task in client.tasks():
+        _say(f"  task: {_describe(task)}")
 
 
 def _describe(item: Any) -> str:
@@ -195,11 +182,8 @@ def _wait_for_embeddings(client: Any, sessions: list[str], timeout: float) -> bo
 
 def _show_context(client: Any, session: str) -> None:
     _say(f"\nget_context({session!r}, query={QUERY!r})")
-    get_context = _feature(client, "get_context")
-    if get_context is None:
-        return
     try:
-        items = get_context(session, query=QUERY)
+        items = client.get_context(session, query=QUERY)
     except MemqError as exc:
         _say(f"  get_context failed: {exc}")
         return

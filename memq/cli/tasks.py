@@ -51,6 +51,7 @@ def register(sub: Any) -> None:
 def run_scheduler(args: argparse.Namespace) -> int:
     from rq_scheduler import Scheduler
 
+    from workers.consolidate import register_periodic
     from workers.queues import JSONJob
 
     logs.setup()
@@ -61,6 +62,8 @@ def run_scheduler(args: argparse.Namespace) -> int:
     scheduler = Scheduler(queue_name=names.QUEUE_TASKS, connection=connection,
                           interval=interval, job_class=JSONJob)
     with broker.translated(config.redis_url, "running the scheduler"):
+        # Periodic consolidation passes: idempotent, so every start may register them.
+        register_periodic(scheduler, config)
         scheduler.run(burst=args.burst)
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import uuid
 from typing import Any
 
 from memq import broker, logs, names
@@ -30,10 +31,13 @@ def run_worker(args: argparse.Namespace) -> int:
 
     logs.setup()
     config = load_config(args)
-    connection = broker.connect(config.redis_url)
+    # Every connection, reconnections included, carries the worker's name: the writer's
+    # reconcile pass judges a started job's worker alive by it (see store/embed_jobs.py).
+    name = args.name or uuid.uuid4().hex
+    connection = broker.connect(config.redis_url, client_name=name)
     context.install(context.WorkerContext(config, connection))
     with broker.translated(config.redis_url, f"running the {args.kind} worker"):
-        worker([KINDS[args.kind]], connection, name=args.name).work(
+        worker([KINDS[args.kind]], connection, name=name).work(
             burst=args.burst, with_scheduler=False
         )
     return 0

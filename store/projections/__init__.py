@@ -18,7 +18,7 @@ import apsw
 from memq.errors import InvalidEvent
 from memq.events import Event
 from store.effects import Effects
-from store.projections import facts, macros, messages, prefixes, tasks
+from store.projections import consolidation, facts, macros, messages, prefixes, tasks
 
 Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
 BatchApplier = Callable[[apsw.Cursor, list[tuple[int, Event]], Effects], None]
@@ -29,6 +29,7 @@ APPLIERS: dict[str, Applier] = {
     **facts.APPLIERS,
     **macros.APPLIERS,
     **prefixes.APPLIERS,
+    **consolidation.APPLIERS,
 }
 
 BATCH_APPLIERS: dict[str, BatchApplier] = {

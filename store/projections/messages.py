@@ -111,9 +111,12 @@ def apply_embedded(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
 def apply_embedding_failed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
     # A failure reported after a success (a slow duplicate job) must not hide the vector.
+    # A failure to re-embed with a new model is recorded even though the old model's
+    # vector stays: otherwise the reconcile pass would retry that message forever.
     cur.execute(
-        "UPDATE messages SET embedding_error = ? WHERE id = ? AND embedding IS NULL",
-        (p["error"], p["message_id"]),
+        """UPDATE messages SET embedding_error = ?
+           WHERE id = ? AND (embedding IS NULL OR embedding_model IS NOT ?)""",
+        (p["error"], p["message_id"], p["model"]),
     )
     if cur.getconnection().changes() == 0:
         _require_message(cur, p["message_id"])

@@ -27,9 +27,13 @@ def test_demo_commits_every_agents_turns(config: Config, writer: WriterThread, c
     important = conn.execute("SELECT content FROM messages WHERE importance >= 0.8").fetchall()
     assert len(important) == 1
     assert "peanuts" in important[0][0]
-    for feature in ("set_fact", "schedule_task", "get_context"):
-        missing = not hasattr(MemoryClient, feature)
-        assert (f"no MemoryClient.{feature} yet" in out) == missing
+    assert "fact: " in out
+    assert "category=user, key=allergy, value=peanuts (severe)" in out
+    assert "scheduled task " in out
+    assert "get_context(" in out
+    with MemoryClient(config=config) as client:
+        assert {f.key for f in client.facts()} == {"name", "allergy", "billing_deploys"}
+        assert [t.name for t in client.tasks()] == ["billing-rollout-check"]
 
 
 def test_demo_without_a_writer_fails_with_a_clear_message(config: Config, capsys) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from memq.config import Config, MemoryConfig
 from memq.errors import StoreError
+from memq.events import EventType
 from producers import MemoryClient
 from producers.messages import Message
 from producers.working_memory import WorkingMemory
@@ -185,3 +186,25 @@ def test_client_honours_the_memory_settings(config: Config, writer: WriterThread
         client.flush()
         assert [m.content for m in client.working_memory.recent("a", 10)] == [
             "turn 2", "turn 3", "turn 4"]
+
+
+def test_summaries_replace_consolidated_turns_beyond_the_recency_window(
+    config: Config, writer: object
+) -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    with MemoryClient(config=config) as client:
+        ids = [client.append("long", "user", f"old turn number {i} about the Lisbon trip",
+                             created_at=start + timedelta(minutes=i)) for i in range(30)]
+        client.flush()
+        client._send(EventType.SESSION_CONSOLIDATED, {
+            "summary_id": "sum-1", "content": "Summary: 25 turns about the Lisbon trip.",
+            "source_ids": ids[:25], "importance": 0.7, "facts": [],
+        }, session_id="long", created_at=(start + timedelta(days=2)).isoformat())
+        client.flush()
+    with MemoryClient(config=config) as fresh:  # a restarted agent hydrates from the database
+        seen = [m.id for m in fresh.working_memory.recent("long", 50)]
+        recency = [i.id for i in fresh.get_context("long") if "recency" in i.branches]
+    # The newest 10 turns (the recency window) verbatim, even those consolidated;
+    # before them, the summary stands for the consolidated stretch.
+    assert seen == ["sum-1", *ids[20:]]
+    assert recency == ids[20:]

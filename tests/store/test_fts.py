@@ -198,13 +198,13 @@ def test_migration_indexes_existing_rows_as_the_appliers_would(tmp_path: Path) -
     conn = open_connection(path)
     conn.execute("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
     for migration in schema.MIGRATIONS:
-        if migration.name < "0006":
+        if migration.name < "0007":
             schema._apply_one(conn, migration)
     for seq, session in enumerate(SESSIONS, 1):
         conn.execute("INSERT INTO messages (id, session_id, role, content, created_at, seq)"
                      " VALUES (?, ?, 'user', 'an old turn about herons', ?, ?)",
                      (f"m{seq}", session, at(0), seq))
-    assert schema.migrate(conn) == ["0006_fts"]
+    assert schema.migrate(conn) == ["0007_fts"]
     for seq, session in enumerate(SESSIONS, 1):
         assert [mid for mid, _ in lexical.search(conn, session, "herons", 5)] == [f"m{seq}"]
     assert stored_tokens(conn) == sorted(lexical.session_token(s).lower() for s in SESSIONS)
