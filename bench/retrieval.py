@@ -5,9 +5,9 @@
 
 1. A private redis-server and a fresh database; the real writer runs in this process.
 2. Every turn of every conversation is appended through the real client (rules in
-   bench/locomo.py), then embedded with the real model and sent back as
-   ``message.embedded`` events through the inbox, as the embed workers do; the run
-   waits until every message is committed and embedded.
+   bench/locomo.py); the writer enqueues the embed jobs, and the real embed worker runs
+   here in burst mode (one worker, the model's ``[embed] threads``) until every message
+   is committed with its vector.
 3. Every question of the chosen categories (default 1-4) is asked with ``get_context``
    against its conversation's session, once per profile, the profiles interleaved
    question by question so machine load weighs on all alike. Evidence recall of a
@@ -32,6 +32,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
 import dataclasses
+import itertools
 import sys
 import threading
 import time
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import locomo
 from bench.common import percentile, private_redis, scratch_dir
+from memq import broker, names
 from memq.config import Config, RetrievalConfig
 from memq.config import load as load_config
 from memq.embedding import Embedder
@@ -53,7 +55,9 @@ from memq.errors import MemqError
 from producers import MemoryClient
 from producers.retrieval import Lexical, Profile, Semantic, profile_for
 from store.service import open_writer
-from tests.embedding_events import embedded_event
+from workers import context
+from workers import embed as embed_job
+from workers.queues import worker
 
 BASELINES: dict[str, Profile] = {
     "cosine top-10": Profile("cosine top-10", (Semantic(-1.0, 10),)),
@@ -109,24 +113,39 @@ def running_writer(config: Config) -> Iterator[None]:
         writer.close()
 
 
-def embed_all(client: MemoryClient, embedder: Embedder, ids: dict[str, str],
-              texts: dict[str, str]) -> None:
-    """Embed every message and send the vectors through the inbox, as the workers do."""
-    order = [mid for mid in ids.values() if texts[mid].strip()]
-    batch = embedder.config.batch_size
-    for start in range(0, len(order), batch):
-        chunk = order[start:start + batch]
-        vectors = embedder.embed([texts[mid] for mid in chunk])
-        with client.batched():
-            for mid, vector in zip(chunk, vectors, strict=True):
-                client.outbox.send(embedded_event(mid, vector, embedder.model_name))
-    client.flush(timeout=600)
+def embed_through_workers(config: Config, loader: MemoryClient, timeout: float = 1800) -> None:
+    """Run the embed worker here, in burst mode, until every message has a vector.
+
+    The writer enqueued the jobs after each commit; the worker sends ``message.embedded``
+    events back through the inbox and the writer commits them. A burst may end before
+    the last jobs are enqueued or their results committed: repeat until none is missing.
+    """
+    connection = broker.connect(config.redis_url, client_name="bench-embed")
+    context.install(context.WorkerContext(config, connection))
+    deadline = time.monotonic() + timeout
+    for attempt in itertools.count():
+        if missing_embeddings(loader) == 0:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"error: {missing_embeddings(loader)} messages still without "
+                             f"a vector after {timeout:.0f} s")
+        worker([names.QUEUE_EMBED], connection, name=f"bench-embed-{attempt}").work(
+            burst=True, with_scheduler=False)
+        time.sleep(0.05)
 
 
 def missing_embeddings(client: MemoryClient) -> int:
+    """Messages with content that have neither a vector nor an error yet."""
     with client.readers.connection() as conn:
         row = conn.execute("""SELECT count(*) FROM messages WHERE embedding IS NULL
                               AND embedding_error IS NULL AND trim(content) != ''""").fetchone()
+    return int(row[0])
+
+
+def failed_embeddings(client: MemoryClient) -> int:
+    with client.readers.connection() as conn:
+        row = conn.execute("SELECT count(*) FROM messages WHERE embedding_error IS NOT NULL"
+                           ).fetchone()
     return int(row[0])
 
 
@@ -200,7 +219,7 @@ def evaluate(data: Path, categories: list[int], profiles: list[str], *,
     conversations, evidence = locomo.read(data, categories)
     describe(conversations, evidence, categories)
     base = load_config()
-    embedder = Embedder(base.embed)
+    embedder = embed_job.embedder(base.embed)  # one model: the worker's and the queries'
     embedder.load()
     with private_redis() as url, scratch_dir() as tmp, ExitStack() as stack:
         config = base.replace(redis_url=url, db_path=str(tmp / "memq.db"))
@@ -208,13 +227,11 @@ def evaluate(data: Path, categories: list[int], profiles: list[str], *,
         loader = stack.enter_context(MemoryClient(config=config))
         began = time.perf_counter()
         ids = locomo.load_into(loader, conversations)
-        texts = {ids[f"{c.session_id}/{t.dia_id}"]: t.content
-                 for c in conversations for t in c.turns}
         loaded = time.perf_counter()
-        embed_all(loader, embedder, ids, texts)
-        print(f"loaded {len(ids)} messages in {loaded - began:.1f} s, embedded in "
-              f"{time.perf_counter() - loaded:.1f} s; {missing_embeddings(loader)} "
-              "without a vector")
+        embed_through_workers(config, loader)
+        print(f"loaded {len(ids)} messages in {loaded - began:.1f} s, embedded by the embed "
+              f"worker in {time.perf_counter() - loaded:.1f} s; {failed_embeddings(loader)} "
+              "failed")
         clients = clients_for(config, profiles, baselines=baselines, ablations=ablations,
                               embedder=embedder, stack=stack)
         scores = measure(clients, conversations, ids)

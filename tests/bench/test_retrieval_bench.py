@@ -60,7 +60,8 @@ def test_the_bench_runs_on_any_file_of_the_shape(
     assert "1 conversations, 30 turns; questions scored: cat 1: 1, cat 2: 0" in out
     assert "'D:2:4' -> D2:4" in out
     assert "1 dropped ['D9:1']" in out
-    assert "0 without a vector" in out
+    assert "embedded by the embed worker in" in out
+    assert "; 0 failed" in out
     recall = scores["recall"]
     assert recall.mean() == 1.0  # both questions: every evidence turn comes back
     assert len(recall.latency) == 2
