@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -53,7 +54,8 @@ from memq.config import load as load_config
 from memq.embedding import Embedder
 from memq.errors import MemqError
 from producers import MemoryClient
-from producers.retrieval import Lexical, Profile, Semantic, profile_for
+from producers.fusion import Candidate
+from producers.retrieval import Lexical, Profile, Relevance, Semantic, Sources, profile_for
 from store.service import open_writer
 from workers import context
 from workers import embed as embed_job
@@ -67,7 +69,7 @@ BASELINES: dict[str, Profile] = {
 }
 """Plain single-branch retrieval, for the ratios."""
 
-ABLATIONS: dict[str, dict[str, object]] = {
+ABLATIONS: dict[str, dict[str, Any]] = {
     "recall, no neighbours": {"recall_neighbour_share": 0.0},
     "recall, lexical only": {"recall_lexical_weight": 1.0},
     "recall, semantic only": {"recall_lexical_weight": 0.0},
@@ -79,6 +81,36 @@ ABLATIONS: dict[str, dict[str, object]] = {
     "recall, neighbour share 0.9": {"recall_neighbour_share": 0.9},
 }
 """Variants of the recall profile (``--ablations``): what each of its rules is worth."""
+
+
+@dataclass(frozen=True)
+class ReciprocalRank(Relevance):
+    """Ablation: the usual reciprocal-rank fusion, 1/(60 + rank) per branch, equal weights,
+    in place of the shares of each branch's best score (neighbours and budget unchanged)."""
+
+    k: int = 60
+
+    def _fused(self, sources: Sources, session_id: str, query: str) -> list[Candidate]:
+        found = super()._fused(sources, session_id, query)
+        lexical = sorted((c for c in found if c.lexical is not None),
+                         key=lambda c: -(c.lexical or 0.0))
+        semantic = sorted((c for c in found if c.z is not None), key=lambda c: -(c.z or 0.0))
+        rrf = {c.id: 0.0 for c in found}
+        for ranking in (lexical, semantic):
+            for rank, c in enumerate(ranking, 1):
+                rrf[c.id] += 1 / (self.k + rank)
+        best = max(rrf.values(), default=0.0) or 1.0
+        scored = [dataclasses.replace(c, own=rrf[c.id] / best) for c in found]
+        return sorted(scored, key=lambda c: (c.own, c.id), reverse=True)
+
+
+def reciprocal_rank(config: RetrievalConfig) -> Profile:
+    recall = profile_for(dataclasses.replace(config, profile="recall"))
+    relevance = recall.strategies[-1]
+    assert isinstance(relevance, Relevance)
+    fields = {f.name: getattr(relevance, f.name) for f in dataclasses.fields(Relevance)}
+    return Profile("recall, RRF", (*recall.strategies[:-1], ReciprocalRank(**fields)),
+                   recall.combine)
 
 
 @dataclass
@@ -130,23 +162,23 @@ def embed_through_workers(config: Config, loader: MemoryClient, timeout: float =
             raise SystemExit(f"error: {missing_embeddings(loader)} messages still without "
                              f"a vector after {timeout:.0f} s")
         worker([names.QUEUE_EMBED], connection, name=f"bench-embed-{attempt}").work(
-            burst=True, with_scheduler=False)
+            burst=True, with_scheduler=False, logging_level="WARNING")
         time.sleep(0.05)
+
+
+def count(client: MemoryClient, where: str) -> int:
+    with client.readers.connection() as conn:
+        row = conn.execute(f"SELECT count(*) FROM messages WHERE {where}").fetchone()
+    return int(row[0]) if row else 0
 
 
 def missing_embeddings(client: MemoryClient) -> int:
     """Messages with content that have neither a vector nor an error yet."""
-    with client.readers.connection() as conn:
-        row = conn.execute("""SELECT count(*) FROM messages WHERE embedding IS NULL
-                              AND embedding_error IS NULL AND trim(content) != ''""").fetchone()
-    return int(row[0])
+    return count(client, "embedding IS NULL AND embedding_error IS NULL AND trim(content) != ''")
 
 
 def failed_embeddings(client: MemoryClient) -> int:
-    with client.readers.connection() as conn:
-        row = conn.execute("SELECT count(*) FROM messages WHERE embedding_error IS NOT NULL"
-                           ).fetchone()
-    return int(row[0])
+    return count(client, "embedding_error IS NOT NULL")
 
 
 def clients_for(config: Config, names: list[str], *, baselines: bool, ablations: bool,
@@ -160,6 +192,7 @@ def clients_for(config: Config, names: list[str], *, baselines: bool, ablations:
     if ablations:
         for name, changes in ABLATIONS.items():
             variants[name] = (dataclasses.replace(settings, profile="recall", **changes), None)
+        variants["recall, RRF instead of shares"] = (settings, reciprocal_rank(settings))
     clients = {}
     for name, (retrieval, profile) in variants.items():
         client = stack.enter_context(MemoryClient(config=config.replace(retrieval=retrieval)))

@@ -201,8 +201,9 @@ class Relevance:
             cosine = dict(sources.similar_scores(session_id, query, threshold,
                                                  self.candidates))
         lexical_only = [mid for mid, _ in bm25[: self.candidates] if mid not in cosine]
+        candidates = [*cosine, *lexical_only]
         cosine.update(sources.similarities(session_id, query, lexical_only))
-        return fusion.fuse([*cosine, *lexical_only], dict(bm25), cosine, moments,
+        return fusion.fuse(candidates, dict(bm25), cosine, moments,
                            self.lexical_weight, self.min_z)
 
 

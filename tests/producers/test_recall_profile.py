@@ -8,7 +8,8 @@ combiner), then end to end: a real writer keeps the lexical index, the real mode
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from memq.errors import ConfigError
 from producers import ContextItem, MemoryClient
 from producers.fusion import Candidate, fuse, with_neighbours
 from producers.messages import Message
-from producers.retrieval import Hit, budgeted, profile_for
+from producers.retrieval import Hit, Relevance, budgeted, profile_for
 from tests.conftest import MODEL_DIR, WriterThread
 from tests.embedding_events import send_embeddings
 
@@ -122,6 +123,66 @@ def test_the_budget_counts_each_message_once() -> None:
     seven = found[-1]
     assert seven.branches == ["recency", "importance", "lexical"]
     assert seven.scores == {"recency": 1.0, "importance": 0.9, "fused": pytest.approx(0.3)}
+
+
+class Turns:
+    """Sources over a fixed list of turns: BM25 and cosines given per turn id."""
+
+    def __init__(self, bm25: dict[str, float], cosine: dict[str, float], n: int = 30) -> None:
+        self.turns = [message(f"{i:02d}", i) for i in range(n)]
+        self.bm25, self.cosine = bm25, cosine
+        self.asked: list[list[str]] = []
+
+    def lexical_scores(self, session_id: str, query: str, limit: int) -> list[tuple[str, float]]:
+        return sorted(self.bm25.items(), key=lambda p: -p[1])[:limit]
+
+    def semantic_moments(self, session_id: str, query: str) -> tuple[float, float]:
+        return 0.3, 0.1
+
+    def similar_scores(self, session_id: str, query: str, threshold: float,
+                       limit: int) -> list[tuple[str, float]]:
+        found = [(mid, c) for mid, c in self.cosine.items() if c > threshold]
+        return sorted(found, key=lambda p: -p[1])[:limit]
+
+    def similarities(self, session_id: str, query: str, ids: Iterable[str]) -> dict[str, float]:
+        return {mid: self.cosine[mid] for mid in ids if mid in self.cosine}
+
+    def following(self, session_id: str, ids: Iterable[str]) -> dict[str, Message]:
+        wanted = list(ids)
+        self.asked.append(wanted)
+        pairs = itertools.pairwise(self.turns)
+        return {m.id: n for m, n in pairs if m.id in wanted}
+
+    def messages(self, ids: list[str]) -> list[Message]:
+        return [m for m in self.turns if m.id in ids]
+
+
+def relevance(limit: int = 6, **overrides: Any) -> Relevance:
+    settings = {"candidates": 50, "lexical_weight": 0.5, "min_z": 0.5, "neighbour_share": 0.7}
+    return Relevance(limit, **{**settings, **overrides})
+
+
+def test_relevance_counts_each_turn_once_with_all_its_evidence() -> None:
+    # 03 is found by both branches; 05 only lexically, its cosine is read all the same
+    # (z = 0.3, under min_z: on the record, not evidence); 20 has no vector.
+    turns = Turns({"03": 8.0, "05": 4.0, "20": 2.0}, {"03": 0.7, "05": 0.33, "11": 0.8})
+    hits = relevance(limit=10, neighbour_share=0.0).find(turns, "s1", "q")  # type: ignore[arg-type]
+    assert [h.message.id for h in hits] == ["03", "11", "05", "20"]
+    assert [h.score for h in hits] == pytest.approx([0.5 + 0.5 * 4 / 5, 0.5, 0.25, 0.125])
+    five = hits[2]
+    assert five.details == {"lexical": 4.0, "semantic": pytest.approx(0.33), "fused": 0.25}
+    assert five.branches == ("lexical",)
+    assert hits[0].branches == ("lexical", "semantic")
+
+
+def test_relevance_asks_for_the_successors_of_its_best_only() -> None:
+    turns = Turns({f"{i:02d}": 30.0 - i for i in range(0, 20, 2)}, {})
+    hits = relevance(limit=6).find(turns, "s1", "q")  # type: ignore[arg-type]
+    assert turns.asked == [["00", "02", "04", "06", "08", "10"]]
+    # Shares of the best BM25, halved: 00 0.5, 02 0.47, ... 10 0.33; 01 inherits 0.35.
+    assert [h.message.id for h in hits] == ["00", "02", "04", "06", "08", "01"]
+    assert hits[-1].neighbour_of == "00"
+    assert hits[-1].score == pytest.approx(0.35)
 
 
 # -- end to end --------------------------------------------------------------------------
