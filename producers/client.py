@@ -61,8 +61,12 @@ class MemoryClient(FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin):
         self.config = base.replace(
             redis_url=redis_url or base.redis_url, db_path=str(db_path or base.db_path)
         )
-        self.redis = broker.connect(self.config.redis_url)
-        self.outbox = Outbox(self.redis, self.config.redis_url)
+        # One immediate retry (a pooled connection that Redis closed); the outbox does the
+        # bounded, backed-off retrying of a restart.
+        self.redis = broker.connect(self.config.redis_url, retries=1)
+        self.outbox = Outbox(self.redis, self.config.redis_url,
+                             retry_for_s=self.config.client.retry_for_s,
+                             max_event_bytes=self.config.limits.max_payload_bytes)
         self.readers = ReadPool(self.config.db_path)
 
     @classmethod
