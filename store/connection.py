@@ -26,7 +26,8 @@ def open_connection(path: str | os.PathLike[str], *, readonly: bool = False) -> 
             flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         conn = apsw.Connection(str(path), flags=flags)
         _apply_policy(conn, readonly=readonly)
-    except apsw.Error as exc:
+    except (apsw.Error, OSError, ValueError) as exc:
+        # OSError: a directory or an unwritable place; ValueError: a NUL in the path.
         raise StoreError(f"cannot open database {path}: {exc}") from exc
     return conn
 
