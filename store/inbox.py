@@ -69,6 +69,13 @@ class Inbox:
             return []
         return list(reply[0][1])
 
+    def report_stall(self, reason: str) -> None:
+        """Say why nothing is being committed; best effort (Redis may be the reason)."""
+        try:
+            self.redis.set(names.WRITER_STALLED_KEY, f"{now_rfc3339()} {reason}", ex=600)
+        except (*TRANSIENT, redis.exceptions.ResponseError):
+            pass
+
     def heartbeat(self) -> None:
         """An idle writer still says it is alive (`memq status`, `memq up`)."""
         self.redis.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
@@ -84,6 +91,7 @@ class Inbox:
         pipe.xdel(names.INBOX_STREAM, *ids)
         pipe.set(names.COMMITTED_KEY, last_id)
         pipe.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
+        pipe.delete(names.WRITER_STALLED_KEY)
         if figures is not None:
             metrics.record_batch(pipe, figures)
         pipe.execute()

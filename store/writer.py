@@ -237,10 +237,28 @@ class Writer:
                     raise
                 if stop.is_set():
                     raise Stopped from exc
-                log(logger, "retrying after failure", logging.WARNING,
-                    error=str(exc), retry_in_s=delay)
+                self._report_failure(exc, delay)
                 stop.wait(delay)
                 delay = min(5.0, delay * 2)
+
+
+    def _report_failure(self, exc: Exception, delay: float) -> None:
+        if isinstance(exc, StoreError):
+            # Nothing is acknowledged until this clears: say so where operators look.
+            cause = _store_cause(exc)
+            log(logger, "cannot commit; nothing is acknowledged until this clears",
+                logging.ERROR, cause=cause, error=str(exc), retry_in_s=delay)
+            self.inbox.report_stall(f"cannot commit: {cause}")
+            return
+        log(logger, "retrying after failure", logging.WARNING, error=str(exc), retry_in_s=delay)
+
+
+def _store_cause(exc: StoreError) -> str:
+    """The database's own reason in plain words (a full disk is the usual one)."""
+    cause = exc.__cause__
+    if isinstance(cause, apsw.FullError):
+        return "the disk or the database is full"
+    return str(cause or exc)
 
 
 def _lag_ms(stream_id: bytes) -> int:
