@@ -405,6 +405,18 @@ def _problem(value: Any, spec: Field, limits: LimitsConfig) -> str | None:
         return _text_problem(value, spec, limits)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _number_problem(value, spec)
+    if isinstance(value, (list, dict)):
+        return _structure_problem(value)
+    return None
+
+
+def _structure_problem(value: list[Any] | dict[str, Any]) -> str | None:
+    # JSON that parses can still fail to be written back (orjson reads 1024 levels deep but
+    # writes 255; a caller may hand in any Python object): find out before it is applied.
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        return f"cannot be stored as JSON: {exc}"
     return None
 
 

@@ -190,9 +190,13 @@ def _importance(importance: Any, role: str) -> float:
         return DEFAULT_IMPORTANCE.get(role, 0.5)
     if isinstance(importance, bool) or not isinstance(importance, (int, float)):
         raise ValidationError(f"importance must be a number, got {type(importance).__name__}")
-    if not math.isfinite(importance) or not 0.0 <= importance <= 1.0:
-        raise ValidationError(f"importance must be between 0.0 and 1.0, got {importance}")
-    return float(importance)
+    try:
+        value = float(importance)
+    except OverflowError:  # an int too big for a float is out of range too
+        value = math.inf
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValidationError(f"importance must be between 0.0 and 1.0, got {importance!r:.40}")
+    return value
 
 
 def _optional_text(what: str, value: Any) -> str | None:
