@@ -333,5 +333,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError as exc:
         raise ConfigError(f"configuration file not found: {path}") from exc
+    except OSError as exc:  # a directory, no permission...
+        raise ConfigError(f"cannot read the configuration file {path}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: it is not UTF-8 text ({exc})") from exc

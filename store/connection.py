@@ -45,6 +45,9 @@ def _apply_policy(conn: apsw.Connection, *, readonly: bool) -> None:
     if readonly:
         # Readers never write; query_only guards against a stray statement.
         conn.pragma("query_only", True)
+        # Read the header now: a file that is not a database fails here, at the boundary,
+        # rather than in the first query of whoever asked.
+        conn.pragma("schema_version")
         return
     # WAL lets the read-only pool read while the single writer commits.
     mode = conn.pragma("journal_mode", "wal")

@@ -84,7 +84,10 @@ def run_up(args: argparse.Namespace) -> int:
     # event not yet committed), the URL file. The umask is inherited by every child; an
     # existing directory is left as its owner made it.
     os.umask(0o077)
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the data directory {data_dir}: {exc.strerror}") from exc
     fresh = not Path(config.db_path).exists()
     supervisor = Supervisor(_policy(config))
     supervisor.reserve([p.name for p in PROCESSES] + ["redis", "demo"])
