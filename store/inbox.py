@@ -70,9 +70,14 @@ class Inbox:
         return list(reply[0][1])
 
     def report_stall(self, reason: str) -> None:
-        """Say why nothing is being committed; best effort (Redis may be the reason)."""
+        """Say why nothing is being committed, and that the writer is alive all the same;
+        best effort (Redis may be the reason)."""
+        now = now_rfc3339()
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(names.WRITER_STALLED_KEY, f"{now} {reason}", ex=600)
+        pipe.set(names.WRITER_HEARTBEAT_KEY, now, ex=60)
         try:
-            self.redis.set(names.WRITER_STALLED_KEY, f"{now_rfc3339()} {reason}", ex=600)
+            pipe.execute()
         except (*TRANSIENT, redis.exceptions.ResponseError):
             pass
 

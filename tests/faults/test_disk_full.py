@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import orjson
 import pytest
@@ -84,7 +84,7 @@ def test_a_full_disk_stalls_the_writer_until_there_is_room(
                 client.flush(3)
             wait_until(lambda: broker.exists(names.WRITER_STALLED_KEY), "the stall report")
             assert writer.alive
-            status = _status(config)
+            status, text = _status(config, "--json"), _status(config)
             ballast.unlink()
             client.flush(60)  # the writer retries on its own and commits the backlog
             assert not broker.exists(names.WRITER_STALLED_KEY)
@@ -98,6 +98,8 @@ def test_a_full_disk_stalls_the_writer_until_there_is_room(
     figures.add("lost", len(verdict.lost))
     figures.add("duplicated", verdict.duplicated)
     assert "cannot commit: the disk or the database is full" in status["writer"]["stalled"]
+    assert status["writer"]["alive"]
+    assert "STALLED since" in text
     assert status["inbox"]["pending"] + status["inbox"]["lag"] >= 300  # nothing acknowledged
     assert "the disk or the database is full" in writer.output()
     assert "Traceback" not in writer.output()
@@ -105,12 +107,12 @@ def test_a_full_disk_stalls_the_writer_until_there_is_room(
     assert verdict.problems == []
 
 
-def _status(config: Config) -> dict:
+def _status(config: Config, *options: str) -> Any:
     done = subprocess.run(
-        [sys.executable, "-m", "memq", "status", "--json", "--db", config.db_path,
+        [sys.executable, "-m", "memq", "status", *options, "--db", config.db_path,
          "--redis-url", config.redis_url],
-        cwd=ROOT, env=env(), capture_output=True, check=False, timeout=60)
-    return orjson.loads(done.stdout)
+        cwd=ROOT, env=env(), capture_output=True, text=True, check=False, timeout=60)
+    return orjson.loads(done.stdout) if options else done.stdout
 
 
 def _first_message(config: Config) -> dict[str, str]:
