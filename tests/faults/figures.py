@@ -12,6 +12,7 @@ from collections import Counter
 LABELS = {
     "kills": "writer SIGKILLs survived",
     "kills_in_hand": "  of which with a batch delivered and not acknowledged",
+    "worker_kills": "embed/consolidate workers SIGKILLed mid-job",
     "appends": "acknowledged appends verified",
     "events": "acknowledged events verified (appends, facts, embeddings)",
     "bad_inputs": "hostile inputs refused or stored verbatim",

@@ -15,10 +15,10 @@ from typing import Any
 import apsw
 import pytest
 
-from memq.config import Config
+from memq.config import Config, EmbedConfig
 from memq.errors import NotFound, ScheduleError, ValidationError
 from producers import MemoryClient
-from tests.conftest import RedisServer, WriterThread
+from tests.conftest import MODEL_DIR, RedisServer, WriterThread
 from tests.faults import figures
 from tests.faults.hostile import SQL_LOOKING, Case, bad_identifiers, deep_dict, deep_list
 
@@ -300,7 +300,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("hostile-client")
     server = RedisServer(directory)
     server.start()
-    running = Stack(Config(redis_url=server.url, db_path=str(Path(directory) / "memq.db")))
+    running = Stack(Config(redis_url=server.url, db_path=str(Path(directory) / "memq.db"),
+                           embed=EmbedConfig(model_dir=str(MODEL_DIR))))
     yield running
     running.client.close()
     running.writer.stop()
@@ -337,14 +338,30 @@ def read_back(client: MemoryClient, case: Case, result: Any) -> None:
         assert (task.name, task.prompt) == (case.args[0], case.args[2])
     elif case.method == "is_command_allowed":
         assert result is False
+    elif case.method == "get_context":
+        assert isinstance(result, list)
 
 
 GET_CONTEXT_CASES = [
     *[Case(f"session_id {label}", "get_context", (value,), {}, V, fragment)
       for label, value, fragment in bad_identifiers("session_id")],
-    Case("query an int", "get_context", ("s1",), {"query": 5}, V, "query"),
-    Case("query bytes", "get_context", ("s1",), {"query": b"q"}, V, "query"),
-    Case("query with a lone surrogate", "get_context", ("s1",), {"query": "\ud800"}, V, "query"),
+    Case("query an int", "get_context", ("s1",), {"query": 5}, V,
+         "query must be a string or None, got int"),
+    Case("query bytes", "get_context", ("s1",), {"query": b"q"}, V,
+         "query must be a string or None, got bytes"),
+    Case("query empty", "get_context", ("s1",), {"query": ""}, V,
+         "query must not be blank; pass None to skip the semantic branch"),
+    Case("query blank", "get_context", ("s1",), {"query": " \n"}, V, "query must not be blank"),
+    Case("query too long", "get_context", ("s1",), {"query": "q" * 65537}, V,
+         "query is 65537 bytes, over the 65536 byte limit"),
+    Case("query of 10 MB", "get_context", ("s1",), {"query": "q" * 10_000_000}, V,
+         "over the 65536 byte limit"),
+    Case("query with a lone surrogate", "get_context", ("s1",), {"query": "a\ud800"}, V,
+         "query contains a lone surrogate"),
+    *[Case(f"SQL-looking query {i}", "get_context", ("s1",), {"query": text}, None)
+      for i, text in enumerate(SQL_LOOKING)],
+    *[Case(f"SQL-looking session {i}", "get_context", (text,), {}, None)
+      for i, text in enumerate(SQL_LOOKING)],
 ]
 """The slot for ``get_context`` (issue 3): run once ``MemoryClient`` has it."""
 
