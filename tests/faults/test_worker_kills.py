@@ -77,7 +77,7 @@ def test_an_embed_worker_killed_mid_job_embeds_everything_once(
         kill_mid_job(config, "embed", names.QUEUE_EMBED, tmp_path / "doomed.log")
         worker = Proc(tmp_path / "worker.log", "worker", "embed", "--redis-url",
                       config.redis_url)
-        wait_until(lambda: _unembedded(config) == 0, "every message to be embedded", 240)
+        wait_until(lambda: _unembedded(config) == 0, "every message to be embedded", 120)
     finally:
         if worker is not None:
             worker.terminate()
@@ -133,7 +133,7 @@ def test_a_consolidate_worker_killed_mid_job_consolidates_everything_once(
         kill_mid_job(config, "consolidate", names.QUEUE_CONSOLIDATE, tmp_path / "doomed.log")
         worker = Proc(tmp_path / "worker.log", "worker", "consolidate", "--redis-url",
                       config.redis_url)
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 120
         while _unconsolidated(config, ids) and time.monotonic() < deadline:
             _request_pass(config)  # a later pass selects the killed job's chunk again
             time.sleep(2)
