@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from memq.config import Config
+from memq.logs import redact_url
 from producers import MemoryClient
 from tests.conftest import ROOT, free_port
 from tests.faults import figures
@@ -279,3 +280,19 @@ def test_the_environment_url_is_redacted_too(password_redis: SecureRedis, tmp_pa
     assert "redis://:***@127.0.0.1" in done.stdout
     assert PASSWORD not in done.stdout + done.stderr
     assert os.environ.get("MEMQ_REDIS_URL") != password_redis.url
+
+
+REDACTED = {
+    "redis://:pw@h:1/0": "redis://:***@h:1/0",
+    "rediss://user:pw@h:1/0?ssl_ca_certs=/a/ca.pem": "rediss://user:***@h:1/0?ssl_ca_certs=/a/ca.pem",
+    "redis://:p@ss@h:1/0": "redis://:***@h:1/0",
+    "redis://h:1/0?password=pw&db=1": "redis://h:1/0?password=***&db=1",
+    "redis://h:1/0?db=1&PASSWORD=pw": "redis://h:1/0?db=1&PASSWORD=***",
+    "unix:///run/redis.sock?db=0&password=pw": "unix:///run/redis.sock?db=0&password=***",
+    "redis://h:1/0": "redis://h:1/0",
+}
+
+
+@pytest.mark.parametrize("url", sorted(REDACTED))
+def test_redact_url(url: str) -> None:
+    assert redact_url(url) == REDACTED[url]
