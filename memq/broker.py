@@ -19,6 +19,14 @@ from memq.logs import redact_url
 TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 """Errors after which a retry may succeed (Redis restarting, a network blip)."""
 
+REFUSED = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+"""Connection errors that another try will not fix: the credentials were refused."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A Redis error worth retrying: unreachable or restarting, not refused credentials."""
+    return isinstance(exc, TRANSIENT) and not isinstance(exc, REFUSED)
+
 
 def connect(url: str, *, timeout_s: float = 10.0, retries: int | None = None) -> redis.Redis:
     """A client for ``url`` (``redis://``, ``rediss://`` or ``unix://``); lazy, no I/O yet.

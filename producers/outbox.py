@@ -5,8 +5,8 @@ Redis restarting: a send whose connection is refused or dropped is retried with 
 restart of a few seconds is invisible to the caller, who waits instead. Retrying is safe
 because an event keeps its id: if Redis took an XADD whose reply was lost, the second copy
 is a no-op for the writer. :meth:`Outbox.flush` rides out a restart the same way, within
-its own timeout. Any other Redis error (a refused command, bad credentials) is raised at
-once.
+its own timeout. Any other Redis error (a refused command, refused credentials) is raised
+at once.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TypeVar
 import redis
 
 from memq import names
-from memq.broker import TRANSIENT, translated
+from memq.broker import is_transient, translated
 from memq.config import ClientConfig, LimitsConfig
 from memq.errors import BrokerError, FlushTimeout, ValidationError
 from memq.events import Event, encode
@@ -117,7 +117,7 @@ class Outbox:
                 with translated(self.url, action):
                     return call()
             except BrokerError as exc:
-                if not isinstance(exc.__cause__, TRANSIENT):
+                if exc.__cause__ is None or not is_transient(exc.__cause__):
                     raise
                 if time.monotonic() + delay > deadline:
                     raise self._unreachable(action, exc.__cause__) from exc.__cause__
@@ -153,7 +153,7 @@ class Outbox:
             try:
                 committed = self.committed()
             except BrokerError as exc:
-                if not isinstance(exc.__cause__, TRANSIENT):
+                if exc.__cause__ is None or not is_transient(exc.__cause__):
                     raise
                 committed, unreachable = None, exc.__cause__
             if committed is not None and committed >= target:

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from memq.config import Config
+from memq.errors import BrokerError
 from memq.logs import redact_url
 from producers import MemoryClient
 from tests.conftest import ROOT, free_port
@@ -296,3 +297,15 @@ REDACTED = {
 @pytest.mark.parametrize("url", sorted(REDACTED))
 def test_redact_url(url: str) -> None:
     assert redact_url(url) == REDACTED[url]
+
+
+def test_a_client_with_a_wrong_password_fails_at_once(
+    password_redis: SecureRedis, tmp_path: Path
+) -> None:
+    url = password_redis.url.replace(PASSWORD, "not-it")
+    with MemoryClient(redis_url=url, db_path=tmp_path / "memq.db") as client:
+        with pytest.raises(BrokerError, match="invalid username-password pair") as refused:
+            client.append("s1", "user", "hello")
+        assert client.outbox.retried == 0  # refused credentials are not retried
+    assert "not-it" not in str(refused.value)
+    figures.add("bad_inputs")
