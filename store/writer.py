@@ -14,7 +14,8 @@ Order of a batch, and why nothing is lost or duplicated:
 A crash before 3 rolls back and the entries are delivered again; a crash between 3 and 4
 redelivers entries whose events are already in the log, and re-applying them is a no-op; a
 crash between 4 and 5 is repaired by the reconcile pass at start. A batch that cannot be
-committed (disk full, I/O error) stays in hand, unacknowledged, and is retried with backoff.
+committed (disk full, I/O error) stays in hand, unacknowledged, and is retried with backoff;
+meanwhile the writer says why in its log and in ``memq:writer:stalled`` (``memq status``).
 """
 
 from __future__ import annotations
@@ -240,7 +241,6 @@ class Writer:
                 self._report_failure(exc, delay)
                 stop.wait(delay)
                 delay = min(5.0, delay * 2)
-
 
     def _report_failure(self, exc: Exception, delay: float) -> None:
         if isinstance(exc, StoreError):
