@@ -48,6 +48,10 @@ check: lint typecheck test
 
 bench: bootstrap
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/context.py
+	$(BIN)/python bench/embed.py
+	$(BIN)/python bench/consolidate.py
+	$(BIN)/python bench/facts_macros.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache

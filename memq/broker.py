@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from memq.errors import BrokerError, ConfigError
 from memq.logs import redact_url
@@ -17,12 +19,30 @@ from memq.logs import redact_url
 TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 """Errors after which a retry may succeed (Redis restarting, a network blip)."""
 
+REFUSED = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+"""Connection errors that another try will not fix: the credentials were refused."""
 
-def connect(url: str, *, timeout_s: float = 10.0, client_name: str | None = None) -> redis.Redis:
+
+def is_transient(exc: BaseException) -> bool:
+    """A Redis error worth retrying: unreachable or restarting, not refused credentials."""
+    return isinstance(exc, TRANSIENT) and not isinstance(exc, REFUSED)
+
+
+def connect(
+    url: str, *, timeout_s: float = 10.0, retries: int | None = None,
+    client_name: str | None = None,
+) -> redis.Redis:
     """A client for ``url`` (``redis://``, ``rediss://`` or ``unix://``); lazy, no I/O yet.
 
-    ``client_name`` is set on every connection, reconnections included (CLIENT SETNAME).
+    TLS and its options come from the URL, as redis-py reads them: for example
+    ``rediss://:password@host:6380/0?ssl_ca_certs=/path/ca.pem``. ``retries`` replaces
+    redis-py's own retrying of a dropped connection (10 tries with backoff) by that many
+    immediate ones, for callers that retry on their own terms. ``client_name`` is set on
+    every connection, reconnections included (CLIENT SETNAME).
     """
+    options: dict[str, object] = {}
+    if retries is not None:
+        options["retry"] = Retry(NoBackoff(), retries)
     try:
         return redis.Redis.from_url(
             url,
@@ -30,6 +50,7 @@ def connect(url: str, *, timeout_s: float = 10.0, client_name: str | None = None
             socket_connect_timeout=timeout_s,
             health_check_interval=30,
             client_name=client_name,
+            **options,
         )
     except ValueError as exc:
         raise ConfigError(f"invalid Redis URL {redact_url(url)}: {exc}") from exc

@@ -43,6 +43,10 @@ def parse_rfc3339(text: str, *, what: str = "timestamp") -> datetime:
     """Parse an RFC3339 string with an explicit offset; naive or malformed text is refused."""
     if not isinstance(text, str) or not 10 <= len(text) <= 40:
         raise ValidationError(f"{what} must be an RFC3339 string, got {text!r:.60}")
+    if not (text.isascii() and text.isprintable()):
+        # datetime.fromisoformat stops reading at a NUL, so it would accept
+        # "2026-01-01T00:00:00Z\x00<anything>" as that instant.
+        raise ValidationError(f"{what} is not RFC3339: {text!r}")
     try:
         moment = datetime.fromisoformat(text)
     except ValueError as exc:

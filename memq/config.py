@@ -48,6 +48,20 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
+class ClientConfig:
+    """How a ``MemoryClient`` rides out a Redis restart."""
+
+    retry_for_s: float = 5.0
+    """How long a send (or a flush's poll) retries a refused or dropped Redis connection,
+    with backoff, before raising BrokerError; 0 fails at the first refusal."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.retry_for_s <= 3600.0:
+            raise ConfigError(
+                f"[client] retry_for_s must be between 0 and 3600, got {self.retry_for_s}")
+
+
+@dataclass(frozen=True)
 class MemoryConfig:
     working_memory_cap: int = 50
     max_sessions: int = 1000
@@ -226,6 +240,7 @@ class Config:
     terminal: TerminalConfig = field(default_factory=TerminalConfig)
     ops: OpsConfig = field(default_factory=OpsConfig)
     macros: MacrosConfig = field(default_factory=MacrosConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -342,6 +357,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "terminal": TerminalConfig,
     "ops": OpsConfig,
     "macros": MacrosConfig,
+    "client": ClientConfig,
 }
 
 
@@ -390,5 +406,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError as exc:
         raise ConfigError(f"configuration file not found: {path}") from exc
+    except OSError as exc:  # a directory, no permission...
+        raise ConfigError(f"cannot read the configuration file {path}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: it is not UTF-8 text ({exc})") from exc

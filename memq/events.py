@@ -58,7 +58,12 @@ MAX_SUMMARY_SOURCES = 1000
 """Most messages one ``session.consolidated`` event may summarise."""
 MAX_FACT_VALUE_CHARS = 2000
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+INT64_LIMIT = 2**63
+"""SQLite stores signed 64-bit integers: a bigger one cannot be bound, so it is refused."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+"""Characters an identifier must not hold: controls, and lone surrogates (not UTF-8)."""
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -239,7 +244,39 @@ def encode(event: Event) -> bytes:
             }
         )
     except TypeError as exc:
+        where = _surrogate_path(event)
+        if where is not None:
+            raise ValidationError(
+                f"{where} contains a lone surrogate, which is not valid UTF-8") from None
         raise ValidationError(f"event cannot be encoded as JSON: {exc}") from exc
+
+
+def _surrogate_path(event: Event) -> str | None:
+    """Where a lone surrogate hides in an event, if that is why it cannot be encoded.
+
+    Only called once encoding has failed, so the good path pays nothing for it.
+    """
+    for name in ("id", "type", "session_id", "created_at"):
+        if _find_surrogate(getattr(event, name), 0) is not None:
+            return name
+    found = _find_surrogate(event.payload, 0)
+    return None if found is None else f"payload.{found}"
+
+
+def _find_surrogate(value: Any, depth: int) -> str | None:
+    """The dotted path of the first string holding a lone surrogate ("" for ``value``)."""
+    if isinstance(value, str):
+        return "" if _SURROGATE.search(value) else None
+    if depth > 64 or not isinstance(value, (dict, list)):  # orjson stops at 255 anyway
+        return None
+    pairs: Any = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in pairs:
+        if isinstance(key, str) and _SURROGATE.search(key):
+            return f"{key!r}"  # the repr escapes the surrogate, so the message prints
+        inner = _find_surrogate(item, depth + 1)
+        if inner is not None:
+            return f"{key}.{inner}" if inner else str(key)
+    return None
 
 
 def decode(raw: bytes | str, limits: LimitsConfig | None = None) -> Event:
@@ -339,7 +376,10 @@ def check_identifier(
         raise error(f"{what} must not be empty")
     if len(value) > max_chars:
         raise error(f"{what} is {len(value)} characters, over the {max_chars} limit")
-    if _CONTROL.search(value):
+    bad = _CONTROL.search(value)
+    if bad is not None:
+        if _SURROGATE.match(bad.group()):
+            raise error(f"{what} contains a lone surrogate, which is not valid UTF-8")
         raise error(f"{what} contains a control character")
     return value
 
@@ -375,6 +415,18 @@ def _problem(value: Any, spec: Field, limits: LimitsConfig) -> str | None:
         return _text_problem(value, spec, limits)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _number_problem(value, spec)
+    if isinstance(value, (list, dict)):
+        return _structure_problem(value)
+    return None
+
+
+def _structure_problem(value: list[Any] | dict[str, Any]) -> str | None:
+    # JSON that parses can still fail to be written back (orjson reads 1024 levels deep but
+    # writes 255; a caller may hand in any Python object): find out before it is applied.
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        return f"cannot be stored as JSON: {exc}"
     return None
 
 
@@ -402,6 +454,8 @@ def _text_problem(value: str, spec: Field, limits: LimitsConfig) -> str | None:
 def _number_problem(value: float, spec: Field) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return "must be a finite number"
+    if isinstance(value, int) and not -INT64_LIMIT <= value < INT64_LIMIT:
+        return "is out of the 64-bit integer range"
     if spec.low is not None and value < spec.low:
         return f"must be at least {spec.low}, got {value}"
     if spec.high is not None and value > spec.high:

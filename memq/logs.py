@@ -19,12 +19,15 @@ import orjson
 LOG_FORMAT_ENV = "MEMQ_LOG_FORMAT"
 """``text`` or ``json``: overrides the choice made from whether stderr is a terminal."""
 
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z]+://)(?P<user>[^:@/]*):(?P<pw>[^@/]*)@")
+# Greedy up to the last "@" before the path: an unescaped "@" in a password stays hidden.
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z]+://)(?P<user>[^:@/]*):(?P<pw>[^/]*)@")
+_QUERY_PASSWORD = re.compile(r"(?P<key>[?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
-    """``redis://user:secret@host`` -> ``redis://user:***@host``."""
-    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
+    """``redis://user:secret@host`` -> ``redis://user:***@host``; ``?password=`` too."""
+    url = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
+    return _QUERY_PASSWORD.sub(lambda m: f"{m['key']}***", url)
 
 
 class _JsonFormatter(logging.Formatter):

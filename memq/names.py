@@ -23,6 +23,10 @@ COMMITTED_KEY = "memq:committed"
 WRITER_HEARTBEAT_KEY = "memq:writer:heartbeat"
 """Refreshed by the writer after each batch; ``status`` reads it."""
 
+WRITER_STALLED_KEY = "memq:writer:stalled"
+"""Why the writer cannot commit right now (disk full, database error), while it retries;
+deleted by the next acknowledged batch. ``memq status`` shows it."""
+
 WRITER_STATS_KEY = "memq:writer:stats"
 """A hash of the writer's running batch counters and histograms; ``memq metrics`` reads it."""
 

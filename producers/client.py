@@ -52,8 +52,12 @@ class MemoryClient(ContextMixin, FactsMixin, MacrosMixin, PrefixesMixin, TasksMi
         self.config = base.replace(
             redis_url=redis_url or base.redis_url, db_path=str(db_path or base.db_path)
         )
-        self.redis = broker.connect(self.config.redis_url)
-        self.outbox = Outbox(self.redis, self.config.redis_url)
+        # One immediate retry (a pooled connection that Redis closed); the outbox does the
+        # bounded, backed-off retrying of a restart.
+        self.redis = broker.connect(self.config.redis_url, retries=1)
+        self.outbox = Outbox(self.redis, self.config.redis_url,
+                             retry_for_s=self.config.client.retry_for_s,
+                             max_event_bytes=self.config.limits.max_payload_bytes)
         self.readers = ReadPool(self.config.db_path)
         self._setup_context()
 
@@ -168,9 +172,13 @@ def _importance(importance: Any, role: str) -> float:
         return DEFAULT_IMPORTANCE.get(role, 0.5)
     if isinstance(importance, bool) or not isinstance(importance, (int, float)):
         raise ValidationError(f"importance must be a number, got {type(importance).__name__}")
-    if not math.isfinite(importance) or not 0.0 <= importance <= 1.0:
-        raise ValidationError(f"importance must be between 0.0 and 1.0, got {importance}")
-    return float(importance)
+    try:
+        value = float(importance)
+    except OverflowError:  # an int too big for a float is out of range too
+        value = math.inf
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValidationError(f"importance must be between 0.0 and 1.0, got {importance!r:.40}")
+    return value
 
 
 def _optional_text(what: str, value: Any) -> str | None:

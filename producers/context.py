@@ -175,7 +175,11 @@ class ContextMixin:
             raise ValidationError(f"query must be a string or None, got {type(query).__name__}")
         if not query.strip():
             raise ValidationError("query must not be blank; pass None to skip the semantic branch")
-        size = len(query.encode("utf-8", "surrogatepass"))
+        try:
+            size = len(query.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValidationError(
+                "query contains a lone surrogate, which is not valid UTF-8") from None
         if size > self.config.limits.max_content_bytes:
             limit = self.config.limits.max_content_bytes
             raise ValidationError(f"query is {size} bytes, over the {limit} byte limit")

@@ -20,6 +20,9 @@ from memq.toolcalls import ANY_ARGS, args_pattern, fill_template, shrink_args
 from producers.mixin import ClientBase
 from store.macro_reads import Macro, candidates, macro_exists
 
+MAX_ID = 2**63 - 1
+"""SQLite's largest integer: a bigger id cannot exist, nor be looked up."""
+
 
 @dataclass(frozen=True)
 class MacroSuggestion:
@@ -61,7 +64,9 @@ class MacrosMixin(ClientBase):
 
     def use_macro(self, macro_id: int) -> str:
         """Count one use of a suggested macro; returns the event id."""
-        if isinstance(macro_id, bool) or not isinstance(macro_id, int) or macro_id < 1:
+        if isinstance(macro_id, bool) or not isinstance(macro_id, int) or not (
+            1 <= macro_id <= MAX_ID
+        ):
             raise ValidationError(f"macro_id must be a positive integer, got {macro_id!r:.60}")
         with self.readers.connection() as conn:
             if not macro_exists(conn, macro_id):

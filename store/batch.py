@@ -83,7 +83,9 @@ def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchRe
     try:
         fresh = append_events(cur, events, now)
         apply_events(cur, fresh, result.effects)
-    except APPLY_ERRORS as exc:
+    except Exception as exc:
+        if _is_store_failure(exc):
+            raise
         raise RetryCarefully(str(exc)) from exc
     result.applied += len(fresh)
     result.duplicates += len(events) - len(fresh)
@@ -121,13 +123,29 @@ def _apply_in_savepoint(cur: apsw.Cursor, event: Event, now: str, effects: Effec
         seq = append_event(cur, event, now)
         if seq is not None:
             apply_event(cur, event, seq, effects)
-    except APPLY_ERRORS as exc:
+    except Exception as exc:
+        if _is_store_failure(exc):
+            raise
         cur.execute("ROLLBACK TO event")
         cur.execute("RELEASE event")
         effects.undo_since(mark)
-        raise InvalidEvent(str(exc)) from exc
+        raise InvalidEvent(_refusal(exc, event)) from exc
     cur.execute("RELEASE event")
     return seq is not None
+
+
+def _is_store_failure(exc: Exception) -> bool:
+    """A failure of the database itself (disk full, I/O): the batch is retried, not judged."""
+    return isinstance(exc, apsw.Error) and not isinstance(exc, APPLY_ERRORS)
+
+
+def _refusal(exc: Exception, event: Event) -> str:
+    if isinstance(exc, APPLY_ERRORS):
+        return str(exc)
+    # An applier bug must not stop the writer on every restart (the entry would come back
+    # each time): set the event aside, loudly, so it can be replayed once fixed.
+    logger.error("applier failed on event %s (%s)", event.id, event.type, exc_info=exc)
+    return f"{event.type}: cannot be applied ({type(exc).__name__}: {exc})"
 
 
 def _reject(cur: apsw.Cursor, item: Decoded, reason: str, now: str, result: BatchResult) -> None:

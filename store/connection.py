@@ -26,7 +26,8 @@ def open_connection(path: str | os.PathLike[str], *, readonly: bool = False) -> 
             flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         conn = apsw.Connection(str(path), flags=flags)
         _apply_policy(conn, readonly=readonly)
-    except apsw.Error as exc:
+    except (apsw.Error, OSError, ValueError) as exc:
+        # OSError: a directory or an unwritable place; ValueError: a NUL in the path.
         raise StoreError(f"cannot open database {path}: {exc}") from exc
     return conn
 
@@ -44,6 +45,9 @@ def _apply_policy(conn: apsw.Connection, *, readonly: bool) -> None:
     if readonly:
         # Readers never write; query_only guards against a stray statement.
         conn.pragma("query_only", True)
+        # Read the header now: a file that is not a database fails here, at the boundary,
+        # rather than in the first query of whoever asked.
+        conn.pragma("schema_version")
         return
     # WAL lets the read-only pool read while the single writer commits.
     mode = conn.pragma("journal_mode", "wal")

@@ -32,7 +32,7 @@ import apsw
 import orjson
 import redis
 from rq import Queue
-from rq.job import JobStatus
+from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from memq import broker as broker_module
@@ -42,7 +42,7 @@ from memq.config import Config, ConsolidationConfig
 from memq.errors import BrokerError, FlushTimeout
 from memq.logs import log
 from store.effects import ConsolidationRequest, Effects
-from workers.queues import JSONJob, queue
+from store.embed_jobs import Liveness, read_jobs
 
 logger = logging.getLogger("memq.writer")
 
@@ -128,18 +128,33 @@ def enqueue(connection: redis.Redis, config: Config, chunks: list[Chunk]) -> int
     """Enqueue a job per chunk unless one with its id is still busy; returns how many."""
     if not chunks:
         return 0
-    existing = JSONJob.fetch_many([c.job_id for c in chunks], connection=connection,
+    existing = Job.fetch_many([c.job_id for c in chunks], connection=connection,
                                   serializer=JSONSerializer)
     data = []
     for chunk, job in zip(chunks, existing, strict=True):
         if job is not None:
-            if job.get_status(refresh=False) in _BUSY:
+            if _busy(connection, job):
                 continue
             job.delete()  # a failed or stopped attempt: this one replaces it
         data.append(_job_data(chunk, config))
     if data:
-        queue(names.QUEUE_CONSOLIDATE, connection).enqueue_many(data)
+        # Enqueued as data only (JSON, by dotted path): the store never imports job code.
+        Queue(names.QUEUE_CONSOLIDATE, connection=connection,
+              serializer=JSONSerializer).enqueue_many(data)
     return len(data)
+
+
+def _busy(connection: redis.Redis, job: Job) -> bool:
+    """Queued, running in a live worker, or finished lately: a new job would repeat it.
+
+    A job marked started whose worker died (SIGKILL, a lost host) is not busy: RQ would
+    only notice after its timeout, and the chunk would wait that long for nothing.
+    """
+    status = job.get_status(refresh=False)
+    if status != JobStatus.STARTED:
+        return status in _BUSY
+    found = read_jobs(connection, [job.id])
+    return bool(found) and found[0].in_flight(Liveness.read(connection, [found[0].worker_name]))
 
 
 def _job_data(chunk: Chunk, config: Config) -> Any:

@@ -69,6 +69,18 @@ class Inbox:
             return []
         return list(reply[0][1])
 
+    def report_stall(self, reason: str) -> None:
+        """Say why nothing is being committed, and that the writer is alive all the same;
+        best effort (Redis may be the reason)."""
+        now = now_rfc3339()
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(names.WRITER_STALLED_KEY, f"{now} {reason}", ex=600)
+        pipe.set(names.WRITER_HEARTBEAT_KEY, now, ex=60)
+        try:
+            pipe.execute()
+        except (*TRANSIENT, redis.exceptions.ResponseError):
+            pass
+
     def heartbeat(self) -> None:
         """An idle writer still says it is alive (`memq status`, `memq up`)."""
         self.redis.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
@@ -84,6 +96,7 @@ class Inbox:
         pipe.xdel(names.INBOX_STREAM, *ids)
         pipe.set(names.COMMITTED_KEY, last_id)
         pipe.set(names.WRITER_HEARTBEAT_KEY, now_rfc3339(), ex=60)
+        pipe.delete(names.WRITER_STALLED_KEY)
         if figures is not None:
             metrics.record_batch(pipe, figures)
         pipe.execute()

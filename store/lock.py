@@ -10,7 +10,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from memq.errors import WriterAlreadyRunning
+from memq.errors import StoreError, WriterAlreadyRunning
 
 
 class WriterLock:
@@ -19,8 +19,11 @@ class WriterLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+            raise StoreError(f"cannot lock the database {str(self.path)[:-12]}: {exc}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -62,6 +62,10 @@ def _oldest_age(client: redis.Redis) -> float | None:
     return round(max(0.0, time.time() - sent_ms / 1000), 3)
 
 
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def writer(client: redis.Redis) -> dict[str, Any]:
     """The writer's last heartbeat (absent after 60 s of silence) and its batch figures."""
     beat: Any = client.get(names.WRITER_HEARTBEAT_KEY)
@@ -70,6 +74,7 @@ def writer(client: redis.Redis) -> dict[str, Any]:
     return {
         "alive": beat is not None,
         "heartbeat": beat.decode() if beat is not None else None,
+        "stalled": _text(client.get(names.WRITER_STALLED_KEY)),
         "batches": int(figures.get("batches", 0)),
         "events_applied": int(figures.get("events_applied", 0)),
         "events_rejected": int(figures.get("events_rejected", 0)),

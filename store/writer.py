@@ -14,7 +14,8 @@ Order of a batch, and why nothing is lost or duplicated:
 A crash before 3 rolls back and the entries are delivered again; a crash between 3 and 4
 redelivers entries whose events are already in the log, and re-applying them is a no-op; a
 crash between 4 and 5 is repaired by the reconcile pass at start. A batch that cannot be
-committed (disk full, I/O error) stays in hand, unacknowledged, and is retried with backoff.
+committed (disk full, I/O error) stays in hand, unacknowledged, and is retried with backoff;
+meanwhile the writer says why in its log and in ``memq:writer:stalled`` (``memq status``).
 """
 
 from __future__ import annotations
@@ -237,10 +238,27 @@ class Writer:
                     raise
                 if stop.is_set():
                     raise Stopped from exc
-                log(logger, "retrying after failure", logging.WARNING,
-                    error=str(exc), retry_in_s=delay)
+                self._report_failure(exc, delay)
                 stop.wait(delay)
                 delay = min(5.0, delay * 2)
+
+    def _report_failure(self, exc: Exception, delay: float) -> None:
+        if isinstance(exc, StoreError):
+            # Nothing is acknowledged until this clears: say so where operators look.
+            cause = _store_cause(exc)
+            log(logger, "cannot commit; nothing is acknowledged until this clears",
+                logging.ERROR, cause=cause, error=str(exc), retry_in_s=delay)
+            self.inbox.report_stall(f"cannot commit: {cause}")
+            return
+        log(logger, "retrying after failure", logging.WARNING, error=str(exc), retry_in_s=delay)
+
+
+def _store_cause(exc: StoreError) -> str:
+    """The database's own reason in plain words (a full disk is the usual one)."""
+    cause = exc.__cause__
+    if isinstance(cause, apsw.FullError):
+        return "the disk or the database is full"
+    return str(cause or exc)
 
 
 def _lag_ms(stream_id: bytes) -> int:

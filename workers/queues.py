@@ -8,6 +8,7 @@ that names anything else is refused. rq-scheduler has no serializer option, so t
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
+from rq.exceptions import DeserializationError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
@@ -42,6 +44,10 @@ def allowed_functions() -> frozenset[str]:
     return frozenset(_REGISTERED) | JOB_FUNCTIONS
 
 
+class RefusedJobData(ValidationError, DeserializationError):
+    """A job whose data is not memq's JSON (a pickle, say): it is refused, never loaded."""
+
+
 class JSONJob(Job):
     """An RQ job that defaults to the JSON serializer and runs only memq's job functions."""
 
@@ -50,11 +56,43 @@ class JSONJob(Job):
     ) -> None:
         super().__init__(id, connection, serializer or JSONSerializer)
 
+    def _deserialize_data(self) -> None:
+        try:
+            super()._deserialize_data()  # type: ignore[no-untyped-call]  # rq leaves it untyped
+        except DeserializationError as exc:
+            raise RefusedJobData(
+                f"refusing job {self.id}: its data is not a JSON job ({exc.__cause__}); memq "
+                "jobs are JSON only and a pickle is never loaded") from exc
+
     @property
     def func(self) -> Any:
         if self.func_name not in allowed_functions():
             raise ValidationError(f"refusing job {self.id}: {self.func_name!r} is not a memq job")
-        return super().func
+        if self.instance is not None:
+            raise ValidationError(f"refusing job {self.id}: memq jobs are functions, "
+                                  f"not methods of {self.instance!r:.60}")
+        function = super().func
+        try:
+            # Forged arguments: a clear refusal rather than a TypeError from the call.
+            inspect.signature(function).bind(*self.args, **self.kwargs)
+        except TypeError as exc:
+            raise ValidationError(f"refusing job {self.id}: {self.func_name} {exc}") from None
+        return function
+
+    # rq imports and calls any function a job's hash names as a callback, even after the
+    # job itself was refused. memq registers none: whatever a forged job names is ignored.
+
+    @property
+    def success_callback(self) -> None:
+        return None
+
+    @property
+    def failure_callback(self) -> None:
+        return None
+
+    @property
+    def stopped_callback(self) -> None:
+        return None
 
 
 def queue(name: str, connection: redis.Redis) -> Queue:
@@ -71,9 +109,17 @@ class LoggingWorker(SimpleWorker):
         status = job.get_status(refresh=False)
         outcome = "finished" if ok else str(getattr(status, "value", status) or "failed")
         log(logger, "job ended", logging.INFO if ok else logging.WARNING,
-            job_id=job.id, function=job.func_name, queue=queue.name, outcome=outcome,
+            job_id=job.id, function=_function_name(job), queue=queue.name, outcome=outcome,
             duration_ms=round((time.perf_counter() - started) * 1000, 2))
         return ok
+
+
+def _function_name(job: Job) -> str:
+    # A forged job's data may not even decode: it must fail alone, not stop the worker.
+    try:
+        return str(job.func_name)
+    except DeserializationError:
+        return "<not JSON>"
 
 
 def worker(queue_names: list[str], connection: redis.Redis, *, name: str | None = None) -> Any:

@@ -68,8 +68,8 @@ PRIVATE_REDIS_URL_FILE = "redis.url"
 
 def private_redis_url(db_path: str) -> str | None:
     """The URL of the private Redis ``memq up`` runs for ``db_path``'s directory, if any."""
-    path = Path(db_path).resolve().parent / PRIVATE_REDIS_URL_FILE
     try:
+        path = Path(db_path).resolve().parent / PRIVATE_REDIS_URL_FILE
         return path.read_text().strip() or None
-    except (FileNotFoundError, NotADirectoryError):
+    except (OSError, ValueError):  # none there, or a path the command will refuse anyway
         return None

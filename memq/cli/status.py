@@ -95,6 +95,7 @@ def _redis_lines(report: dict[str, Any]) -> list[str]:
         + (f"; oldest {oldest:.1f} s old" if oldest is not None else ""),
         "writer    " + (f"alive (heartbeat {writer['heartbeat']})" if writer["alive"]
                         else "NOT SEEN in the last 60 s (is `memq writer` running?)"),
+        *([f"          STALLED since {writer['stalled']}"] if writer.get("stalled") else []),
         f"          {writer['batches']} batches, {writer['events_applied']} events applied, "
         f"{writer['events_rejected']} rejected; last batch {writer['last_batch_size']} "
         f"entries in {writer['last_apply_ms']} ms, lag {writer['last_lag_ms']} ms",

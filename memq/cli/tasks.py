@@ -49,18 +49,16 @@ def register(sub: Any) -> None:
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
-    from rq_scheduler import Scheduler
-
     from workers.consolidate import register_periodic
-    from workers.queues import JSONJob
+    from workers.scheduler import JSONScheduler
 
     logs.setup()
     config = load_config(args)
     interval = args.interval or config.scheduler.interval_s
     connection = broker.connect(config.redis_url)
-    # JSONJob: rq-scheduler has no serializer option, and jobs must stay JSON.
-    scheduler = Scheduler(queue_name=names.QUEUE_TASKS, connection=connection,
-                          interval=interval, job_class=JSONJob)
+    # rq-scheduler has no serializer option, and jobs must stay JSON (and data, not code).
+    scheduler = JSONScheduler(queue_name=names.QUEUE_TASKS, connection=connection,
+                              interval=interval)
     with broker.translated(config.redis_url, "running the scheduler"):
         # Periodic consolidation passes: idempotent, so every start may register them.
         register_periodic(scheduler, config)

@@ -80,7 +80,14 @@ def register(sub: Any) -> None:
 def run_up(args: argparse.Namespace) -> int:
     config = load_config(args, discover_redis=False)
     data_dir = Path(config.db_path).resolve().parent
-    data_dir.mkdir(parents=True, exist_ok=True)
+    # Everything the stack writes is private: the database, Redis's append-only file (every
+    # event not yet committed), the URL file. The umask is inherited by every child; an
+    # existing directory is left as its owner made it.
+    os.umask(0o077)
+    try:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the data directory {data_dir}: {exc.strerror}") from exc
     fresh = not Path(config.db_path).exists()
     supervisor = Supervisor(_policy(config))
     supervisor.reserve([p.name for p in PROCESSES] + ["redis", "demo"])

@@ -85,12 +85,23 @@ def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
     elif p.get("embedding_json") is not None:
         row["embedding"] = p["embedding_json"]
     if row["embedding"] is not None:
-        row["embedding_dim"] = len(vectors.decode(row["embedding"]))
+        row["embedding_dim"] = _legacy_dim(row["embedding"])
         row["embedding_model"] = p.get("embedding_model")
         row["embedded_seq"] = seq
     row["embedding_error"] = p.get("embedding_error")
     row["consolidated_at"] = p.get("consolidated_at")
     insert_message(cur, row, effects)
+
+
+def _legacy_dim(embedding: bytes | str) -> int:
+    try:
+        vector = vectors.decode(embedding)
+    except (ValueError, TypeError) as exc:  # JSON that is not a flat list of numbers
+        raise InvalidEvent(f"message.imported: the embedding is not a list of numbers: {exc}"
+                           ) from exc
+    if vector.ndim != 1:
+        raise InvalidEvent("message.imported: the embedding is not a flat list of numbers")
+    return len(vector)
 
 
 def apply_embedded(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:

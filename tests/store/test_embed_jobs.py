@@ -50,7 +50,7 @@ def broker(config: Config) -> redis.Redis:
 def stepped(small_jobs: Config, broker: redis.Redis) -> Iterator[Writer]:
     """A real writer with its hooks, driven one batch at a time by the test."""
     writer = open_writer(small_jobs, broker)
-    writer._ensure_group()
+    writer.inbox.ensure_group()
     yield writer
     writer.close()
 
@@ -233,7 +233,7 @@ def test_reconcile_fills_the_hole_left_by_a_crash_between_commit_and_enqueue(
 ) -> None:
     ids = append(small_jobs, *[f"turn {i}" for i in range(6)])
     crashed = Writer.open(small_jobs, broker)  # commits, then "dies" before any enqueue
-    crashed._ensure_group()
+    crashed.inbox.ensure_group()
     drain(crashed)
     crashed.close()
     assert queued(broker) == []

@@ -1,0 +1,38 @@
+"""The reliability figures the fault suite measures, printed when the run ends.
+
+Each test adds what it proved (kills survived, appends verified, bad inputs refused, events
+lost) with :func:`add`; ``tests/faults/conftest.py`` prints the totals, so
+``pytest -m faults`` reproduces the README's reliability figures.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+LABELS = {
+    "kills": "writer SIGKILLs survived",
+    "kills_in_hand": "  of which with a batch delivered and not acknowledged",
+    "worker_kills": "embed/consolidate workers SIGKILLed mid-job",
+    "appends": "acknowledged appends verified",
+    "events": "acknowledged events verified (appends, facts, embeddings)",
+    "bad_inputs": "hostile inputs refused or stored verbatim",
+    "redis_restarts": "Redis restarts ridden out",
+    "disk_full": "disk-full stalls recovered",
+    "lost": "events lost",
+    "duplicated": "events duplicated",
+}
+
+FIGURES: Counter[str] = Counter()
+
+
+def add(name: str, amount: int = 1) -> None:
+    if name not in LABELS:
+        raise KeyError(f"unknown figure {name!r}; add it to LABELS")
+    FIGURES[name] += amount
+
+
+def lines() -> list[str]:
+    """The summary, or nothing when no fault test ran."""
+    if not FIGURES:
+        return []
+    return [f"{LABELS[name]:<60}{FIGURES[name]:>10}" for name in LABELS]

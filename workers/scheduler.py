@@ -1,0 +1,44 @@
+"""rq-scheduler for memq: moves due runs onto their queues, and treats a job as data.
+
+Two things stock rq-scheduler does with what it reads from Redis, and this one does not:
+it imports any class a job's meta names as ``queue_class_name`` (code chosen by whoever can
+write to Redis), and a job whose data cannot be decoded stops its loop. Here the queue is
+always memq's JSON queue, and an undecodable job is taken off the schedule and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rq.exceptions import DeserializationError
+from rq.serializers import JSONSerializer
+from rq_scheduler import Scheduler
+
+from memq.logs import log
+from workers.queues import JSONJob
+
+logger = logging.getLogger("memq.scheduler")
+
+
+class JSONScheduler(Scheduler):  # type: ignore[misc]  # rq-scheduler has no type hints
+    """A :class:`Scheduler` of :class:`JSONJob` only."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["job_class"] = JSONJob
+        super().__init__(*args, **kwargs)
+
+    def get_queue_for_job(self, job: JSONJob) -> Any:
+        key = f"{self.queue_class.redis_queue_namespace_prefix}{job.origin}"
+        return self.queue_class.from_queue_key(key, connection=self.connection,
+                                               job_class=JSONJob, serializer=JSONSerializer)
+
+    def enqueue_job(self, job: JSONJob) -> None:
+        try:
+            job.func_name  # noqa: B018  # decodes the data: JSON, or refused
+        except DeserializationError as exc:
+            self.connection.zrem(self.scheduled_jobs_key, job.id)
+            log(logger, "dropped a scheduled job that is not JSON", logging.ERROR,
+                job_id=job.id, error=str(exc))
+            return
+        super().enqueue_job(job)
