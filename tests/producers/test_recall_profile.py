@@ -23,6 +23,7 @@ from producers.messages import Message
 from producers.retrieval import Hit, Relevance, budgeted, profile_for
 from tests.conftest import MODEL_DIR, WriterThread
 from tests.embedding_events import send_embeddings
+from tests.faults.hostile import SQL_LOOKING
 
 FILLER = [
     "I spent the afternoon reorganising the bookshelf by colour.",
@@ -323,6 +324,19 @@ def test_recall_accepts_any_query_text(
     ids = record(client, conversation())
     found = [item.id for item in client.get_context("s1", query)]
     assert (ids[12] in found) == ("lisbon" in query.lower())
+
+
+@pytest.mark.redis
+@pytest.mark.model
+def test_recall_finds_attack_looking_text_verbatim(
+    config: Config, clients: list[MemoryClient], embedder: Embedder
+) -> None:
+    client = recall_client(config, clients, embedder, recall_recency_limit=0)
+    ids = record(client, [*SQL_LOOKING, *conversation()])
+    for text, mid in zip(SQL_LOOKING, ids, strict=False):
+        found = [item.id for item in client.get_context("s1", text)]
+        assert mid in found, text
+    assert len(client.history("s1", limit=100)) == len(SQL_LOOKING) + 40
 
 
 @pytest.mark.redis
