@@ -1,0 +1,53 @@
+"""``memq context --profile``: another profile than the configured one, explained."""
+
+from __future__ import annotations
+
+import subprocess
+
+import orjson
+import pytest
+
+from memq.config import Config
+from producers import MemoryClient
+from tests.conftest import ROOT, memq_command
+
+pytestmark = [pytest.mark.redis, pytest.mark.model]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(memq_command(*args), capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, check=False)
+
+
+def fill(client: MemoryClient) -> list[str]:
+    texts = [f"Filler {i} about the weekly sync." for i in range(10)]
+    texts[3] = "Did you book the ferry to Skye?"
+    texts[4] = "Yes, for the ninth."
+    ids = [client.append("s1", "user", text) for text in texts]
+    client.flush()
+    return ids
+
+
+def test_recall_profile_items_explain_themselves(client: MemoryClient, config: Config) -> None:
+    ids = fill(client)
+    done = run("context", "s1", "--query", "When is the ferry to Skye?", "--profile", "recall",
+               "--json", "--db", config.db_path, "--model-dir", config.embed.model_dir)
+    assert done.returncode == 0, done.stderr
+    items = {item["id"]: item for item in map(orjson.loads, done.stdout.splitlines())}
+    assert items[ids[3]]["branches"] == ["lexical"]  # nothing embedded: no semantic evidence
+    assert items[ids[3]]["lexical"] == items[ids[3]]["scores"]["lexical"] > 0
+    assert items[ids[3]]["fused"] == pytest.approx(0.5)
+    assert items[ids[4]]["neighbour_of"] == ids[3]
+    text = run("context", "s1", "--query", "ferry", "--profile", "recall",
+               "--db", config.db_path, "--model-dir", config.embed.model_dir)
+    assert f"after={ids[3]}" in text.stdout
+    assert "[lexical] lexical=" in text.stdout
+
+
+def test_an_unknown_profile_is_a_one_line_error(client: MemoryClient, config: Config) -> None:
+    fill(client)
+    done = run("context", "s1", "--profile", "best", "--db", config.db_path)
+    assert done.returncode == 1
+    assert "memq: error: [retrieval] profile 'best' is unknown (known: recall, tri-hybrid)" \
+        in done.stderr
+    assert "Traceback" not in done.stderr
