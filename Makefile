@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 MODEL_DIR ?= models/all-MiniLM-L6-v2
+LOCOMO ?= ../shared/data/locomo-dev.json
 
 .PHONY: run test bootstrap redis-server chromium lint typecheck check bench clean
 
@@ -52,6 +53,8 @@ bench: bootstrap
 	$(BIN)/python bench/embed.py
 	$(BIN)/python bench/consolidate.py
 	$(BIN)/python bench/facts_macros.py
+	@if [ -f $(LOCOMO) ]; then $(BIN)/python bench/retrieval.py --data $(LOCOMO); \
+	else echo "bench/retrieval.py skipped: $(LOCOMO) is absent (set LOCOMO=...)"; fi
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache
