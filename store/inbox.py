@@ -40,9 +40,9 @@ class Inbox:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    def read_pending(self) -> list[Entry]:
-        """Entries delivered to a writer before but never acknowledged (a crash)."""
-        return self._read("0", block_ms=None)
+    def read_pending(self, after: str = "0") -> list[Entry]:
+        """Entries delivered to the writer but never acknowledged, with ids after ``after``."""
+        return self._read(after, block_ms=None)
 
     def claim_stale(self, min_idle_ms: int = 60_000) -> list[Entry]:
         """Entries pending for longer than ``min_idle_ms``: delivered but never committed.
@@ -117,14 +117,23 @@ class Prefetcher(threading.Thread):
 
     def run(self) -> None:
         delay = 0.1
+        # After a broken connection, Redis may have delivered entries whose reply never
+        # arrived (they sit pending under our name); read those again before new ones, or
+        # they would wait for the stale-entry pass while later entries commit past them.
+        pending_after: str | None = None
         while not self.stop.is_set():
             try:
-                entries = self.inbox.read_new()
+                if pending_after is None:
+                    entries = self.inbox.read_new()
+                else:
+                    entries = self.inbox.read_pending(after=pending_after)
+                    pending_after = entries[-1][0].decode() if entries else None
                 delay = 0.1
             except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
                 self._on_error(exc)
                 self.stop.wait(delay)
                 delay = min(5.0, delay * 2)
+                pending_after = "0"
                 continue
             if entries:
                 self._put((entries, batch.decode_entries(entries, self.limits)))

@@ -22,7 +22,9 @@ def run_writer(args: argparse.Namespace) -> int:
 
     logs.setup()
     config = load_config(args)
-    writer = open_writer(config, broker.connect(config.redis_url))
+    # No silent retries inside redis-py: the writer must see every broken connection, as
+    # it then re-reads entries whose delivery reply may have been lost (store.inbox).
+    writer = open_writer(config, broker.connect(config.redis_url, retries=0))
     stop = threading.Event()
     # SIGTERM finishes the batch in hand, acknowledges it, and exits 0.
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -231,3 +231,37 @@ def test_stale_pending_entries_are_reclaimed(config: Config) -> None:
         assert conn.xpending(names.INBOX_STREAM, names.WRITER_GROUP)["pending"] == 0
     finally:
         writer.close()
+
+
+def test_entries_delivered_without_a_reply_are_read_again_after_a_broken_connection(
+    config: Config,
+) -> None:
+    """Redis may deliver entries whose reply is lost with the connection: the writer reads
+    its pending entries again after any broken connection, before the commit position
+    moves past them (else flush would return with them still unapplied)."""
+    running = WriterThread(config.replace(writer=WriterConfig(stale_after_s=3600)))
+    running.start()
+    try:
+        with MemoryClient(config=config) as memory:
+            memory.append("s1", "user", "the writer is up")
+            memory.flush(30)
+        thief = redis.Redis.from_url(config.redis_url)
+        # Deliver five entries to the writer's consumer as a dropped reply would: pending
+        # under its name, never seen by it. In one MULTI, so the blocked writer cannot
+        # take them first; then handed to the writer's consumer name.
+        pipe = thief.pipeline(transaction=True)
+        for i in range(5):
+            raw = encode(message_event(content=f"lost reply {i}"))
+            pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
+        pipe.xreadgroup(names.WRITER_GROUP, "thief", {names.INBOX_STREAM: ">"}, count=5)
+        *ids, _ = pipe.execute()
+        thief.xclaim(names.INBOX_STREAM, names.WRITER_GROUP, names.WRITER_CONSUMER, 0, ids)
+        for client in thief.client_list():
+            if client["id"] != str(thief.client_id()):
+                thief.client_kill_filter(_id=client["id"])
+        with MemoryClient(config=config) as memory:
+            memory.append("s1", "user", "after the broken connection")
+            memory.flush(30)
+        assert count(config, "SELECT count(*) FROM messages") == 7
+    finally:
+        running.stop()
