@@ -22,8 +22,8 @@ from memq.events import Event, decode
 from memq.logs import log
 from store import rejected
 from store.effects import Effects
-from store.log import append_event, append_events
-from store.projections import apply_event, apply_events
+from store.log import append_events
+from store.projections import apply_events, record_event
 
 logger = logging.getLogger("memq.writer")
 
@@ -120,9 +120,7 @@ def _apply_in_savepoint(cur: apsw.Cursor, event: Event, now: str, effects: Effec
     cur.execute("SAVEPOINT event")
     mark = effects.mark()
     try:
-        seq = append_event(cur, event, now)
-        if seq is not None:
-            apply_event(cur, event, seq, effects)
+        applied = record_event(cur, event, now, effects)
     except Exception as exc:
         if _is_store_failure(exc):
             raise
@@ -131,7 +129,7 @@ def _apply_in_savepoint(cur: apsw.Cursor, event: Event, now: str, effects: Effec
         effects.undo_since(mark)
         raise InvalidEvent(_refusal(exc, event)) from exc
     cur.execute("RELEASE event")
-    return seq is not None
+    return applied
 
 
 def _is_store_failure(exc: Exception) -> bool:

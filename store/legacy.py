@@ -20,8 +20,7 @@ from memq.config import DEFAULT_MODEL_NAME, LimitsConfig
 from memq.errors import MigrationError, ValidationError
 from memq.events import Event, EventType, check_payload
 from store.effects import Effects
-from store.log import append_event
-from store.projections import apply_event
+from store.projections import record_event
 from store.vectors import FLOAT32_LE
 
 ImportProgress = Callable[[int, int], None]
@@ -54,10 +53,7 @@ def import_legacy_messages(cur: apsw.Cursor) -> int:
     report = import_progress.get()
     for done, values in enumerate(values_list, 1):
         event = _row_event(dict(zip(columns, values, strict=True)))
-        seq = append_event(cur, event, recorded_at)
-        if seq is not None:
-            apply_event(cur, event, seq, effects)
-            count += 1
+        count += record_event(cur, event, recorded_at, effects)
         if report is not None and (done % PROGRESS_EVERY == 0 or done == len(values_list)):
             report(done, len(values_list))
     return count

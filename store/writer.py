@@ -43,8 +43,7 @@ from store.connection import open_connection
 from store.effects import Effects
 from store.inbox import Inbox, Prefetcher
 from store.lock import WriterLock
-from store.log import append_event
-from store.projections import apply_event
+from store.projections import record_event
 
 logger = logging.getLogger("memq.writer")
 
@@ -185,9 +184,7 @@ class Writer:
         cur.execute("BEGIN IMMEDIATE")
         try:
             for event in events:
-                seq = append_event(cur, event, now)
-                if seq is not None:
-                    apply_event(cur, event, seq, effects)
+                record_event(cur, event, now, effects)
         except BaseException:
             cur.execute("ROLLBACK")
             raise

@@ -10,7 +10,6 @@ the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from itertools import groupby
 
 import apsw
@@ -18,10 +17,9 @@ import apsw
 from memq.errors import InvalidEvent
 from memq.events import Event
 from store.effects import Effects
+from store.log import append_event
 from store.projections import consolidation, facts, macros, messages, prefixes, tasks
-
-Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
-BatchApplier = Callable[[apsw.Cursor, list[tuple[int, Event]], Effects], None]
+from store.projections.base import Applier, BatchApplier
 
 APPLIERS: dict[str, Applier] = {
     **messages.APPLIERS,
@@ -54,3 +52,12 @@ def apply_events(cur: apsw.Cursor, numbered: list[tuple[int, Event]], effects: E
             continue
         for seq, event in run:
             apply_event(cur, event, seq, effects)
+
+
+def record_event(cur: apsw.Cursor, event: Event, recorded_at: str, effects: Effects) -> bool:
+    """Append ``event`` to the log and project it; False if its id was already logged."""
+    seq = append_event(cur, event, recorded_at)
+    if seq is None:
+        return False
+    apply_event(cur, event, seq, effects)
+    return True

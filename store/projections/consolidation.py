@@ -24,7 +24,6 @@ Sources are never deleted. The rules, all deterministic from the event and the d
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import apsw
@@ -34,9 +33,8 @@ from memq.errors import InvalidEvent, ValidationError
 from memq.events import MAX_SUMMARY_SOURCES, Event, EventType, check_proposed_fact
 from memq.logs import log
 from store.effects import ConsolidationRequest, Effects
+from store.projections.base import Applier
 from store.projections.messages import insert_message
-
-Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
 
 logger = logging.getLogger("memq.writer")
 

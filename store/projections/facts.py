@@ -10,15 +10,12 @@ change; both come from the events, so a rebuild gives the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import apsw
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
 from store.effects import Effects
-
-Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
+from store.projections.base import Applier
 
 
 def may_change(current_source: str | None, source: str | None, force: bool) -> bool:

@@ -10,7 +10,6 @@ macro, at most :data:`MAX_TEMPLATES` per macro (the least used, then the oldest,
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import apsw
@@ -26,8 +25,7 @@ from memq.toolcalls import (
     next_args_template,
 )
 from store.effects import Effects
-
-Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
+from store.projections.base import Applier
 
 MAX_TEMPLATES = 16
 """Candidate next-argument templates kept per macro (bounds the table for free text)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import apsw
@@ -12,8 +11,7 @@ from memq.errors import InvalidEvent
 from memq.events import Event, EventType
 from store import lexical, vectors
 from store.effects import Effects
-
-Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
+from store.projections.base import Applier, BatchApplier
 
 _INSERT = """
     INSERT INTO messages (id, session_id, role, content, tool_call_id, tool_name,
@@ -145,6 +143,6 @@ APPLIERS: dict[str, Applier] = {
     EventType.MESSAGE_EMBEDDING_FAILED: apply_embedding_failed,
 }
 
-BATCH_APPLIERS: dict[str, Callable[[apsw.Cursor, list[tuple[int, Event]], Effects], None]] = {
+BATCH_APPLIERS: dict[str, BatchApplier] = {
     EventType.MESSAGE_APPENDED: apply_appended_many,
 }

@@ -8,16 +8,13 @@ is not allowed changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import apsw
 
 from memq.approvals import normalize_prefix
 from memq.errors import InvalidEvent, ValidationError
 from memq.events import Event, EventType
 from store.effects import Effects
-
-Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
+from store.projections.base import Applier
 
 
 def apply_allowed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:

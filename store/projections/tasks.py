@@ -21,7 +21,6 @@ delete legitimately (a run already on its way), and the event stays in the log.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -33,8 +32,7 @@ from memq.events import Event, EventType
 from memq.schedule import validate_cron, validate_timezone
 from store.cron import next_run
 from store.effects import Effects
-
-Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
+from store.projections.base import Applier
 
 TASK_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 """Task ids become part of job ids, which RQ limits to these characters."""
