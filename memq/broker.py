@@ -6,8 +6,10 @@ broker, and its errors must read the same everywhere (with credentials redacted)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import redis
 from redis.backoff import NoBackoff
@@ -21,6 +23,12 @@ TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 REFUSED = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
 """Connection errors that another try will not fix: the credentials were refused."""
+
+FIRST_RETRY_DELAY_S = 0.05
+MAX_RETRY_DELAY_S = 1.0
+"""Backoff between attempts while Redis is unreachable: 50 ms, doubling, at most 1 s."""
+
+T = TypeVar("T")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -63,3 +71,32 @@ def translated(url: str, action: str) -> Iterator[None]:
         yield
     except redis.exceptions.RedisError as exc:
         raise BrokerError(f"{action} failed at {redact_url(url)}: {exc}") from exc
+
+
+def retrying(
+    url: str, action: str, call: Callable[[], T], *, retry_for_s: float,
+    on_retry: Callable[[], None] | None = None,
+) -> T:
+    """``call()``, retried with backoff while Redis is unreachable for up to ``retry_for_s``.
+
+    Only for calls that are safe to repeat: every event keeps its id, so a second copy of
+    an XADD whose reply was lost is a no-op for the writer. Any other Redis error (a refused
+    command, refused credentials) is raised at once, translated.
+    """
+    deadline = time.monotonic() + retry_for_s
+    delay = FIRST_RETRY_DELAY_S
+    while True:
+        try:
+            with translated(url, action):
+                return call()
+        except BrokerError as exc:
+            if exc.__cause__ is None or not is_transient(exc.__cause__):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise BrokerError(
+                    f"{action} failed: Redis at {redact_url(url)} did not answer for "
+                    f"{retry_for_s:g} s ({exc.__cause__})") from exc.__cause__
+        if on_retry is not None:
+            on_retry()
+        time.sleep(delay)
+        delay = min(MAX_RETRY_DELAY_S, delay * 2)

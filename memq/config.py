@@ -52,8 +52,9 @@ class ClientConfig:
     """How a ``MemoryClient`` rides out a Redis restart."""
 
     retry_for_s: float = 5.0
-    """How long a send (or a flush's poll) retries a refused or dropped Redis connection,
-    with backoff, before raising BrokerError; 0 fails at the first refusal."""
+    """How long a send (or a flush's poll, or a worker's send of its results) retries a
+    refused or dropped Redis connection, with backoff, before raising BrokerError; 0 fails
+    at the first refusal."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.retry_for_s <= 3600.0:

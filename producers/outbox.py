@@ -19,7 +19,7 @@ from typing import TypeVar
 import redis
 
 from memq import names
-from memq.broker import is_transient, translated
+from memq.broker import MAX_RETRY_DELAY_S, is_transient, retrying, translated
 from memq.config import ClientConfig, LimitsConfig
 from memq.errors import BrokerError, FlushTimeout, ValidationError
 from memq.events import Event, encode
@@ -27,10 +27,6 @@ from memq.logs import redact_url
 
 PIPELINE_SIZE = 500
 """Entries per round trip inside :meth:`Outbox.batched` (one XADD costs ~100 µs alone)."""
-
-FIRST_RETRY_DELAY_S = 0.05
-MAX_RETRY_DELAY_S = 1.0
-"""Backoff between attempts while Redis is unreachable: 50 ms, doubling, at most 1 s."""
 
 T = TypeVar("T")
 
@@ -109,26 +105,11 @@ class Outbox:
         self._remember(ids[-1])
 
     def _retrying(self, action: str, call: Callable[[], T]) -> T:
-        """``call()``, retried while Redis is unreachable for up to ``retry_for_s``."""
-        deadline = time.monotonic() + self.retry_for_s
-        delay = FIRST_RETRY_DELAY_S
-        while True:
-            try:
-                with translated(self.url, action):
-                    return call()
-            except BrokerError as exc:
-                if exc.__cause__ is None or not is_transient(exc.__cause__):
-                    raise
-                if time.monotonic() + delay > deadline:
-                    raise self._unreachable(action, exc.__cause__) from exc.__cause__
-            self.retried += 1
-            time.sleep(delay)
-            delay = min(MAX_RETRY_DELAY_S, delay * 2)
+        return retrying(self.url, action, call, retry_for_s=self.retry_for_s,
+                        on_retry=self._count_retry)
 
-    def _unreachable(self, action: str, cause: BaseException) -> BrokerError:
-        return BrokerError(
-            f"{action} failed: Redis at {redact_url(self.url)} did not answer for "
-            f"{self.retry_for_s:g} s ({cause})")
+    def _count_retry(self) -> None:
+        self.retried += 1
 
     def _remember(self, stream_id: bytes | str) -> None:
         position = stream_position(stream_id)

@@ -23,15 +23,23 @@ class WorkerContext:
     redis: redis.Redis
 
     def send(self, events: Iterable[Event]) -> int:
-        """Send result events to the writer in one round trip; returns how many."""
-        pipe = self.redis.pipeline(transaction=False)
-        count = 0
-        for event in events:
-            pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: encode(event)})
-            count += 1
-        with broker.translated(self.config.redis_url, f"sending {count} result events"):
+        """Send result events to the writer in one round trip; returns how many.
+
+        Rides out a Redis restart as a client does, for ``[client] retry_for_s``: a job
+        that failed here would be retried by RQ, but only after redoing all its work.
+        """
+        raws = [encode(event) for event in events]
+
+        def send_all() -> None:
+            # A fresh pipeline per attempt: a failed one may hold half-sent commands.
+            pipe = self.redis.pipeline(transaction=False)
+            for raw in raws:
+                pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
             pipe.execute()
-        return count
+
+        broker.retrying(self.config.redis_url, f"sending {len(raws)} result events",
+                        send_all, retry_for_s=self.config.client.retry_for_s)
+        return len(raws)
 
 
 _current: WorkerContext | None = None

@@ -18,15 +18,16 @@ import pytest
 import redis
 
 from memq import names
-from memq.clock import now_rfc3339
+from memq.clock import now_rfc3339, uuid7
 from memq.config import ClientConfig, Config
 from memq.errors import BrokerError
 from producers import MemoryClient
 from store.task_runs import RUN_TASK
 from tests.conftest import RedisServer
 from tests.faults import figures
-from tests.faults.load import Load, verify
+from tests.faults.load import Load, embedded_event, verify
 from tests.faults.procs import Proc, start_writer, wait_until
+from workers.context import WorkerContext
 from workers.queues import queue
 
 pytestmark = [pytest.mark.faults, pytest.mark.redis]
@@ -107,6 +108,21 @@ def test_a_send_waits_out_a_short_outage(aof_redis: RedisServer, aof_config: Con
         entries = redis.Redis.from_url(aof_config.redis_url).xlen(names.INBOX_STREAM)
     assert waited >= 0.5
     assert entries == 2  # "before" survived in the append-only file, "during" was sent
+
+
+def test_a_worker_send_waits_out_a_short_outage(
+    aof_redis: RedisServer, aof_config: Config
+) -> None:
+    worker = WorkerContext(aof_config, redis.Redis.from_url(aof_config.redis_url))
+    event = embedded_event(aof_config, uuid7())
+    aof_redis.stop()
+    restarter = _restart_later(aof_redis, after_s=1.0)
+    started = time.monotonic()
+    assert worker.send([event]) == 1  # retried until Redis is back, not failed
+    waited = time.monotonic() - started
+    restarter.join()
+    assert waited >= 0.5
+    assert redis.Redis.from_url(aof_config.redis_url).xlen(names.INBOX_STREAM) == 1
 
 
 def test_a_longer_outage_is_a_broker_error_naming_redis(
