@@ -41,8 +41,8 @@ from memq.clock import parse_rfc3339, to_rfc3339
 from memq.config import Config, ConsolidationConfig
 from memq.errors import BrokerError, FlushTimeout
 from memq.logs import log
+from store import job_liveness
 from store.effects import ConsolidationRequest, Effects
-from store.embed_jobs import Liveness, read_jobs
 
 logger = logging.getLogger("memq.writer")
 
@@ -56,8 +56,6 @@ may still be on its way through the inbox)."""
 PLANNED_TTL_S = 3600
 """How long the outcome of a planned pass stays readable (``memq consolidate --wait``)."""
 
-_BUSY = {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED,
-         JobStatus.FINISHED}
 
 _SELECT = """
     SELECT m.session_id, m.id, m.role, m.content, m.created_at FROM messages AS m
@@ -145,16 +143,14 @@ def enqueue(connection: redis.Redis, config: Config, chunks: list[Chunk]) -> int
 
 
 def _busy(connection: redis.Redis, job: Job) -> bool:
-    """Queued, running in a live worker, or finished lately: a new job would repeat it.
+    """Waiting, running in a live worker, or finished lately: a new job would repeat it.
 
-    A job marked started whose worker died (SIGKILL, a lost host) is not busy: RQ would
-    only notice after its timeout, and the chunk would wait that long for nothing.
+    A job whose worker died (SIGKILL, a lost host) is not busy: RQ would only notice after
+    its timeout, and the chunk would wait that long for nothing (``store/job_liveness.py``).
     """
-    status = job.get_status(refresh=False)
-    if status != JobStatus.STARTED:
-        return status in _BUSY
-    found = read_jobs(connection, [job.id])
-    return bool(found) and found[0].in_flight(Liveness.read(connection, [found[0].worker_name]))
+    if job.get_status(refresh=False) == JobStatus.FINISHED:
+        return True
+    return job_liveness.in_flight(connection, job.id)
 
 
 def _job_data(chunk: Chunk, config: Config) -> Any:

@@ -7,13 +7,8 @@ meta repeats their ids and the model, so finding what is in flight reads only th
 field of each job, never the texts.
 
 *In flight* means waiting in the queue (or scheduled, or deferred), or started by a worker
-that is still alive. RQ notices a dead SimpleWorker only when the job's entry in the
-StartedJobRegistry expires (the job timeout plus a minute; see
-``StartedJobRegistry.cleanup``), so a started job is judged here instead: its worker must
-still hold a Redis connection named after it (``memq worker`` names every connection it
-opens; RQ alone names only the first) and must have been born before the job started,
-since a worker restarted under the same name does not vouch for its predecessor's job. A
-job in the failed registry is not in flight.
+that is still alive: ``store/job_liveness.py`` judges it, since RQ notices a dead worker
+only when the job's timeout has passed. A job in the failed registry is not in flight.
 
 An id is never queued twice. In rq 3.0 a plain enqueue with an id that exists overwrites
 the job and pushes the id a second time, so the job would run twice. Ids are therefore
@@ -30,19 +25,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import redis
 from rq import Queue
 from rq.exceptions import DuplicateJobError, NoSuchJobError
-from rq.job import Job, JobStatus
+from rq.job import Job
 from rq.registry import DeferredJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 from rq.serializers import JSONSerializer
-from rq.worker import Worker
 
 from memq import names
+from store import job_liveness
+from store.job_liveness import JobInfo
 
 EMBED_FUNCTION = "workers.embed.embed_messages"
 """Dotted path of the job function; ``workers/queues.py`` refuses any other."""
@@ -62,8 +56,6 @@ FAILURE_TTL_S = 7 * 24 * 3600
 JOBS_PER_ROUND_TRIP = 50
 """Jobs enqueued per Redis transaction: one round trip per group, not two per job."""
 
-_WAITING = frozenset(s.value for s in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED))
-_READ_CHUNK = 500
 
 Message = tuple[str, str]
 """(message id, content)."""
@@ -141,7 +133,7 @@ def _enqueue_one(queue: Queue, model: str, jid: str, messages: Sequence[Message]
         return True
     except DuplicateJobError:
         pass
-    if _in_flight(queue.connection, jid):
+    if job_liveness.in_flight(queue.connection, jid):
         return False
     _delete(queue.connection, jid)
     try:
@@ -173,13 +165,6 @@ def _enqueue_unique(queue: Queue, jid: str, model: str, messages: Sequence[Messa
     queue.enqueue_call(EMBED_FUNCTION, unique=True, **_job_options(jid, model, messages))
 
 
-def _in_flight(connection: redis.Redis, jid: str) -> bool:
-    jobs = read_jobs(connection, [jid])
-    if not jobs:
-        return False
-    return jobs[0].in_flight(Liveness.read(connection, [jobs[0].worker_name]))
-
-
 def _delete(connection: redis.Redis, jid: str) -> None:
     with contextlib.suppress(NoSuchJobError):
         Job.fetch(jid, connection=connection, serializer=JSONSerializer).delete()
@@ -188,103 +173,8 @@ def _delete(connection: redis.Redis, jid: str) -> None:
 # -- what is in flight ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Liveness:
-    """Which RQ workers are alive, read once per scan."""
-
-    client_names: frozenset[str] | None
-    """Names of connected clients; None where CLIENT LIST is refused (some hosted Redis)."""
-    births: dict[str, str]
-    """Worker name -> its birth time as RQ stores it; absent when its key has expired."""
-
-    @classmethod
-    def read(cls, connection: redis.Redis, workers: Iterable[str] = ()) -> Liveness:
-        try:
-            clients: frozenset[str] | None = frozenset(
-                str(c.get("name", "")) for c in connection.client_list()
-            )
-        except redis.exceptions.ResponseError:
-            clients = None
-        pipe = connection.pipeline(transaction=False)
-        wanted = sorted({w for w in workers if w})
-        for name in wanted:
-            pipe.hget(Worker.redis_worker_namespace_prefix + name, "birth")
-        births = {n: b.decode() for n, b in zip(wanted, pipe.execute(), strict=True) if b}
-        return cls(clients, births)
-
-    def runs(self, worker_name: str, started_at: str) -> bool:
-        """Is ``worker_name`` alive and the same process that started a job at ``started_at``?"""
-        birth = self.births.get(worker_name)
-        if birth is None or (self.client_names is not None
-                             and worker_name not in self.client_names):
-            return False
-        # Both are RQ's fixed-width UTC format, so text order is time order.
-        return birth <= started_at
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """The fields of an embed job needed to tell whether it is in flight."""
-
-    id: str
-    status: str
-    model: str
-    message_ids: tuple[str, ...]
-    worker_name: str
-    started_at: str
-
-    def in_flight(self, liveness: Liveness) -> bool:
-        if self.status in _WAITING:
-            return True
-        if self.status == JobStatus.STARTED.value:
-            return liveness.runs(self.worker_name, self.started_at)
-        return False
-
-
-_FIELDS = ("status", "meta", "worker_name", "started_at")
-
-
-def read_jobs(connection: redis.Redis, job_ids: Sequence[str]) -> list[JobInfo]:
-    """The jobs that still exist among ``job_ids``, reading a few small fields of each."""
-    jobs: list[JobInfo] = []
-    for start in range(0, len(job_ids), _READ_CHUNK):
-        chunk = job_ids[start:start + _READ_CHUNK]
-        pipe = connection.pipeline(transaction=False)
-        for jid in chunk:
-            pipe.hmget(Job.key_for(jid), _FIELDS)
-        for jid, values in zip(chunk, pipe.execute(), strict=True):
-            info = _job_info(jid, values)
-            if info is not None:
-                jobs.append(info)
-    return jobs
-
-
-def _job_info(jid: str, values: list[bytes | None]) -> JobInfo | None:
-    status, meta_raw, worker, started = (v.decode() if v else "" for v in values)
-    if not status:
-        return None  # deleted or expired since it was listed
-    meta = _meta(meta_raw)
-    ids = meta.get("message_ids")
-    return JobInfo(
-        id=jid,
-        status=status,
-        model=str(meta.get("model", "")),
-        message_ids=tuple(str(i) for i in ids) if isinstance(ids, list) else (),
-        worker_name=worker,
-        started_at=started,
-    )
-
-
-def _meta(raw: str) -> dict[str, Any]:
-    try:
-        meta = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError:
-        return {}  # a job not written by memq (pickled meta): it carries no message ids
-    return meta if isinstance(meta, dict) else {}
-
-
 def live_jobs(connection: redis.Redis) -> list[JobInfo]:
-    """Embed jobs that will run or are running now (see the module docstring)."""
+    """Embed jobs that will run or are running now (see ``store/job_liveness.py``)."""
     queue = embed_queue(connection)
     ids: list[str] = list(queue.get_job_ids())
     registries = (
@@ -294,12 +184,16 @@ def live_jobs(connection: redis.Redis) -> list[JobInfo]:
     )
     for registry in registries:
         ids.extend(registry.get_job_ids(cleanup=False))
-    jobs = read_jobs(connection, list(dict.fromkeys(ids)))
-    liveness = Liveness.read(connection, (j.worker_name for j in jobs if j.worker_name))
-    return [job for job in jobs if job.in_flight(liveness)]
+    jobs = job_liveness.read_jobs(connection, list(dict.fromkeys(ids)))
+    return job_liveness.live(connection, jobs)
 
 
 def in_flight(connection: redis.Redis, model: str) -> set[str]:
     """Ids of the messages that a live job will embed with ``model``."""
-    return {mid for job in live_jobs(connection) if job.model == model
-            for mid in job.message_ids}
+    return {str(mid) for job in live_jobs(connection) if job.meta.get("model") == model
+            for mid in _message_ids(job)}
+
+
+def _message_ids(job: JobInfo) -> list[object]:
+    ids = job.meta.get("message_ids")
+    return ids if isinstance(ids, list) else []

@@ -26,7 +26,7 @@ from producers import MemoryClient
 from store import embed_backlog, embed_jobs, schema, vectors
 from store.connection import open_connection
 from store.embed_backlog import EmbedBacklog, Snapshot
-from store.embed_jobs import EMBED_FUNCTION, JobInfo, Liveness
+from store.embed_jobs import EMBED_FUNCTION
 from store.service import open_writer
 from store.writer import Writer
 from workers.queues import allowed_functions
@@ -195,34 +195,6 @@ def test_in_flight_counts_only_jobs_for_the_configured_model(broker: redis.Redis
     embed_jobs.enqueue(broker, MODEL, [ours], 64)
     embed_jobs.enqueue(broker, "other/model", [theirs], 64)
     assert embed_jobs.in_flight(broker, MODEL) == {ours[0]}
-
-
-# -- liveness of started jobs -----------------------------------------------------------
-
-
-def started(worker: str = "w1", at: str = "2026-01-01T00:00:10.000000Z") -> JobInfo:
-    return JobInfo("j", "started", MODEL, ("m1",), worker, at)
-
-
-def test_a_started_job_is_in_flight_only_while_its_worker_lives() -> None:
-    born = "2026-01-01T00:00:00.000000Z"
-    alive = Liveness(frozenset({"w1"}), {"w1": born})
-    assert started().in_flight(alive)
-    assert not started().in_flight(Liveness(frozenset(), {"w1": born}))  # connection gone
-    assert not started().in_flight(Liveness(frozenset({"w1"}), {}))  # worker key expired
-    # Restarted under the same name after the job started: the job was orphaned.
-    reborn = Liveness(frozenset({"w1"}), {"w1": "2026-01-01T00:00:20.000000Z"})
-    assert not started().in_flight(reborn)
-    # Where CLIENT LIST is refused, the worker's key and birth decide.
-    assert started().in_flight(Liveness(None, {"w1": born}))
-
-
-def test_finished_and_failed_jobs_are_not_in_flight() -> None:
-    live = Liveness(frozenset(), {})
-    for status in ("finished", "failed", "stopped", "canceled"):
-        assert not JobInfo("j", status, MODEL, ("m",), "", "").in_flight(live)
-    for status in ("queued", "scheduled", "deferred"):
-        assert JobInfo("j", status, MODEL, ("m",), "", "").in_flight(live)
 
 
 # -- reconcile ----------------------------------------------------------------------------
