@@ -6,6 +6,7 @@ Explicit rather than module-level connections: tests install their own context.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -15,12 +16,17 @@ from memq import broker, names
 from memq import config as config_module
 from memq.config import Config
 from memq.events import Event, encode
+from memq.logs import log
+
+logger = logging.getLogger("memq.worker")
 
 
-@dataclass(frozen=True)
+@dataclass
 class WorkerContext:
     config: Config
     redis: redis.Redis
+    retried: int = 0
+    """Attempts to send that met an unreachable Redis and were tried again."""
 
     def send(self, events: Iterable[Event]) -> int:
         """Send result events to the writer in one round trip; returns how many.
@@ -37,9 +43,17 @@ class WorkerContext:
                 pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
             pipe.execute()
 
+        before = self.retried
         broker.retrying(self.config.redis_url, f"sending {len(raws)} result events",
-                        send_all, retry_for_s=self.config.client.retry_for_s)
+                        send_all, retry_for_s=self.config.client.retry_for_s,
+                        on_retry=self._count_retry)
+        if self.retried > before:
+            log(logger, "results sent after Redis came back", logging.WARNING,
+                events=len(raws), retries=self.retried - before)
         return len(raws)
+
+    def _count_retry(self) -> None:
+        self.retried += 1
 
 
 _current: WorkerContext | None = None
