@@ -24,6 +24,8 @@ from typing import cast
 
 import apsw
 
+from store import bulk
+
 MAX_TERMS = 32
 """A query's first this many distinct words are searched (a long query stays cheap)."""
 
@@ -52,14 +54,16 @@ _SEARCH = """
     LIMIT ?"""
 
 
-_INDEX = "INSERT INTO messages_fts (rowid, content, session) VALUES (?, ?, ?)"
+_INDEX = f"""
+    INSERT INTO messages_fts (rowid, content, session)
+    SELECT {bulk.select_columns(3)} FROM json_each(?1)"""
 
 
 def index(cur: apsw.Cursor, rows: Iterable[tuple[int, str, str]]) -> None:
     """Index messages given as (seq, session_id, content), in the caller's transaction."""
     try:
-        cur.executemany(_INDEX, [(seq, content, session_token(session_id))
-                                 for seq, session_id, content in rows])
+        bulk.insert(cur, _INDEX, ((seq, content, session_token(session_id))
+                                  for seq, session_id, content in rows))
     except apsw.SQLError as exc:
         # Only while migration 0003 imports a legacy database, before 0007 creates the
         # index (and then indexes every row there is).

@@ -8,6 +8,7 @@ import apsw
 import orjson
 
 from memq.events import Event
+from store import bulk
 
 
 def append_event(cur: apsw.Cursor, event: Event, recorded_at: str) -> int | None:
@@ -74,10 +75,13 @@ def append_events(
             fresh.append(event)
     base = int(cur.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0])  # type: ignore[arg-type]
     numbered = [(base + i, event) for i, event in enumerate(fresh, start=1)]
-    cur.executemany(
-        """INSERT INTO events (seq, event_id, type, version, session_id, created_at,
-                               recorded_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
-        [(seq, e.id, e.type, e.version, e.session_id, e.created_at, recorded_at,
-          orjson.dumps(e.payload).decode()) for seq, e in numbered],
-    )
+    bulk.insert(cur, _INSERT_MANY, (
+        (seq, e.id, e.type, e.version, e.session_id, e.created_at,
+         orjson.dumps(e.payload).decode()) for seq, e in numbered), recorded_at)
     return numbered
+
+
+_INSERT_MANY = f"""
+    INSERT INTO events (seq, event_id, type, version, session_id, created_at, payload,
+                        recorded_at)
+    SELECT {bulk.select_columns(7)}, ?2 FROM json_each(?1)"""

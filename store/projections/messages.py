@@ -9,7 +9,7 @@ import orjson
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType
-from store import lexical, vectors
+from store import bulk, lexical, vectors
 from store.effects import Effects
 from store.projections.base import Applier, BatchApplier
 
@@ -21,6 +21,14 @@ _INSERT = """
         :created_at, :importance, :embedding, :embedding_model, :embedding_dim,
         :embedding_error, :consolidated_at, :seq, :embedded_seq)
 """
+
+_NEW_COLUMNS = ("id", "session_id", "role", "content", "tool_call_id", "tool_name",
+                "tool_calls_json", "created_at", "importance", "seq")
+"""What a new message has; the other columns start NULL."""
+
+_INSERT_NEW = f"""
+    INSERT INTO messages ({", ".join(_NEW_COLUMNS)})
+    SELECT {bulk.select_columns(len(_NEW_COLUMNS))} FROM json_each(?1)"""
 
 
 def insert_message(cur: apsw.Cursor, row: dict[str, Any], effects: Effects) -> None:
@@ -66,7 +74,7 @@ def apply_appended_many(
 ) -> None:
     """A run of appends with one statement; a clash raises and the writer goes careful."""
     rows = [_base_row(event, seq) for seq, event in numbered]
-    cur.executemany(_INSERT, rows)
+    bulk.insert(cur, _INSERT_NEW, ([r[c] for c in _NEW_COLUMNS] for r in rows))
     lexical.index(cur, [(r["seq"], r["session_id"], r["content"]) for r in rows])
     effects.embed.extend((r["id"], r["content"]) for r in rows if r["content"].strip())
 
