@@ -5,10 +5,11 @@ one, has no embedding error (``memq backfill-embeddings --retry-failed`` also ta
 and is not blank: blank messages are never sent to the model.
 
 The writer enqueues jobs for new messages right after each commit
-(:meth:`EmbedBacklog.after_commit`). What can still leave a message with neither a vector
-nor a job — a crash between commit and enqueue, Redis down at that moment, a worker killed
-mid-job, a job that failed outside the model — is repaired by the reconcile pass, run by
-the writer at start and every ``[writer] reconcile_interval_s``.
+(:meth:`EmbedBacklog.after_commit`), on its background thread. What can still leave a
+message with neither a vector nor a job — a crash between commit and enqueue, Redis down
+at that moment, a worker killed mid-job, a job that failed outside the model — is
+repaired by the reconcile pass, run by the writer at start and every
+``[writer] reconcile_interval_s``.
 
 The pass must not re-enqueue a message whose vector is on its way: a finished job has sent
 its events, but the writer may not have applied them yet. So it works from a snapshot of
@@ -16,8 +17,9 @@ its events, but the writer may not have applied them yet. So it works from a sna
 Once the writer has committed up to (3), every job that was not in flight at (2) has had
 its results applied, so a message up to position (1) that still lacks a vector, and was
 not in flight at (2), has no job coming. Messages after (1) were enqueued by the hook and
-belong to the next pass. While the inbox is behind (3), the snapshot waits; it is checked
-again after each committed batch.
+belong to the next pass; so that this holds with enqueueing on another thread, the
+snapshot is taken only once that thread has caught up. While the inbox is behind (3), the
+snapshot waits; it is checked again after each committed batch.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from memq import names
 from memq.config import Config
 from memq.logs import log
 from store import embed_jobs
+from store.background import Background
 from store.effects import Effects
 from store.embed_jobs import Message
 from store.writer import Writer
@@ -169,26 +172,32 @@ class Snapshot:
 class EmbedBacklog:
     """The writer's embedding follow-ups; attach with :func:`attach`."""
 
-    def __init__(self, config: Config, conn: apsw.Connection, connection: redis.Redis) -> None:
+    def __init__(self, config: Config, conn: apsw.Connection, connection: redis.Redis,
+                 background: Background) -> None:
         self.model = config.embed.model_name
         self.batch_size = config.embed.job_batch_size
         self.conn = conn
         self.redis = connection
+        self.background = background
         self.pending: Snapshot | None = None
         self.last_pass = 0
         """Messages enqueued by the last reconcile pass that finished."""
 
     def after_commit(self, effects: Effects) -> None:
         """Enqueue jobs for the batch's new messages; finish a waiting reconcile pass."""
+        if effects.embed:
+            messages = list(effects.embed)
+            self.background.submit(lambda: self._enqueue_new(messages))
+        if self.pending is not None:
+            self._guarded(self._finish)
+
+    def _enqueue_new(self, messages: list[Message]) -> None:
         try:
-            if effects.embed:
-                embed_jobs.enqueue(self.redis, self.model, effects.embed, self.batch_size)
+            embed_jobs.enqueue(self.redis, self.model, messages, self.batch_size)
         except redis.exceptions.RedisError as exc:
             # The batch is committed; the reconcile pass will enqueue what is missing.
             log(logger, "embed jobs not enqueued", logging.WARNING,
-                messages=len(effects.embed), error=str(exc))
-        if self.pending is not None:
-            self._guarded(self._finish)
+                messages=len(messages), error=str(exc))
 
     def reconcile(self) -> None:
         """Start a pass, or finish a waiting one (see the module docstring)."""
@@ -196,6 +205,7 @@ class EmbedBacklog:
 
     def _start_or_finish(self) -> None:
         if self.pending is None:
+            self.background.wait()  # every committed message's job is in Redis by now
             self.pending = Snapshot.take(self.conn, self.redis, self.model)
         self._finish()
 
@@ -234,7 +244,7 @@ class Counted(Iterator[Message]):
 
 def attach(writer: Writer) -> EmbedBacklog:
     """Give ``writer`` its embedding hook and reconciler."""
-    backlog = EmbedBacklog(writer.config, writer.conn, writer.redis)
+    backlog = EmbedBacklog(writer.config, writer.conn, writer.redis, writer.background)
     writer.after_commit.append(backlog.after_commit)
     writer.reconcilers.append(backlog.reconcile)
     return backlog

@@ -9,7 +9,8 @@ Order of a batch, and why nothing is lost or duplicated:
    ``rejected_events`` and the rest of the batch goes on;
 3. ``COMMIT``;
 4. acknowledge and delete the entries and move ``memq:committed`` forward (one MULTI);
-5. run the after-commit hooks (enqueue embedding jobs, register task runs).
+5. run the after-commit hooks (register task runs, plan consolidation) and hand the
+   Redis-only ones (enqueue embedding jobs) to the writer's background thread.
 
 A crash before 3 rolls back and the entries are delivered again; a crash between 3 and 4
 redelivers entries whose events are already in the log, and re-applying them is a no-op; a
@@ -38,6 +39,7 @@ from memq.errors import StoreError
 from memq.events import Event
 from memq.logs import log
 from store import batch, schema
+from store.background import Background
 from store.batch import BatchResult, Entry
 from store.connection import open_connection
 from store.effects import Effects
@@ -69,6 +71,8 @@ class Writer:
         self.inbox = Inbox(broker, config)
         self.after_commit: list[AfterCommit] = []
         self.reconcilers: list[Reconciler] = []
+        self.background = Background("memq-writer-followups")
+        """Where hooks send follow-ups that need Redis only (see store/background.py)."""
         self._lock: WriterLock | None = None
 
     @classmethod
@@ -87,6 +91,7 @@ class Writer:
         return writer
 
     def close(self) -> None:
+        self.background.close()
         self.conn.close()
         if self._lock is not None:
             self._lock.release()
@@ -130,11 +135,14 @@ class Writer:
             self.commit(entries, batch.decode_entries(entries, self.config.limits), stop=stop)
 
     def step(self) -> BatchResult:
-        """Read one batch (pending first), commit it; for tests and tools, not the loop."""
+        """Read one batch (pending first), commit it and let its follow-ups finish; for tests
+        and tools, not the loop."""
         entries = self.inbox.read_pending() or self.inbox.read_new()
         if not entries:
             return BatchResult()
-        return self.commit(entries, batch.decode_entries(entries, self.config.limits))
+        result = self.commit(entries, batch.decode_entries(entries, self.config.limits))
+        self.background.wait()
+        return result
 
     def commit(
         self, entries: list[Entry], decoded: list[batch.Decoded],

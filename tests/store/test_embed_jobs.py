@@ -6,6 +6,7 @@ worker side is in tests/workers/test_embed.py).
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Iterator
 
@@ -23,7 +24,7 @@ from memq.config import Config, EmbedConfig
 from memq.errors import ConfigError
 from memq.events import Event, EventType, encode
 from producers import MemoryClient
-from store import embed_backlog, embed_jobs, schema, vectors
+from store import batch, embed_backlog, embed_jobs, schema, vectors
 from store.connection import open_connection
 from store.embed_backlog import EmbedBacklog, Snapshot
 from store.embed_jobs import EMBED_FUNCTION
@@ -368,3 +369,22 @@ def test_snapshot_of_an_empty_system(stepped: Writer, broker: redis.Redis) -> No
 def test_bad_embed_settings_are_refused(bad: dict) -> None:
     with pytest.raises(ConfigError, match=r"\[embed\]"):
         EmbedConfig(**bad)
+
+
+def test_reconcile_waits_for_jobs_still_being_enqueued_in_the_background(
+    stepped: Writer, small_jobs: Config, broker: redis.Redis
+) -> None:
+    # Two batches whose jobs are still on their way to Redis when a reconcile pass starts:
+    # had it not waited, it would have chunked the six messages differently ([3+1], [2])
+    # and queued each of them a second time.
+    gate = threading.Event()
+    stepped.background.submit(gate.wait)
+    for texts in (("a1", "a2", "a3"), ("b1", "b2", "b3")):
+        append(small_jobs, *texts)
+        entries = stepped.inbox.read_new()
+        stepped.commit(entries, batch.decode_entries(entries, small_jobs.limits))
+    assert queued(broker) == []  # held up behind the gate
+    threading.Timer(0.2, gate.set).start()
+    stepped.reconcile()
+    assert backlog_of(stepped).last_pass == 0
+    assert sorted(len(ids) for ids in queued_ids(broker)) == [3, 3]
