@@ -1,6 +1,6 @@
 """Ingest throughput and commit lag, end to end, against raw apsw in the same run.
 
-    .venv/bin/python bench/ingest.py [--messages 50000] [--rate 1000] [--seconds 10]
+    .venv/bin/python bench/ingest.py [--messages 50000] [--rounds 3] [--rate 1000] [--seconds 10]
 
 1. End to end: a backlog of N messages is sent by the real client into a private Redis
    while no writer runs; then the real writer (in this process, one thread) drains it.
@@ -8,6 +8,9 @@
 2. Baseline: the same event and message rows inserted with apsw into a fresh database with
    the same schema and connection policy, message content indexed for lexical search as
    the writer does, in batches of 1,000 (the practical limit).
+Steps 1 and 2 alternate for ``--rounds`` rounds, each in fresh files, and each round's ratio
+compares two runs seconds apart: on a shared machine, the median ratio is the figure.
+
 3. Commit lag at a steady offered load: the client appends one message at a time at
    ``--rate`` per second while the writer runs; a watcher polls the commit position every
    millisecond. Figure: p50/p99 of append -> committed.
@@ -16,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import threading
 import time
@@ -131,19 +135,23 @@ def _watch(config: Config, sent: list[tuple[tuple[int, int], float]],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
+    print(f"messages per round:       {args.messages:,}")
+    ratios = []
     with private_redis() as url, scratch_dir() as tmp:
-        config = Config(redis_url=url, db_path=str(tmp / "e2e.db"))
-        e2e = end_to_end(config, args.messages)
-        raw = raw_apsw(tmp / "raw.db", args.messages)
-        redis.Redis.from_url(url).flushall()
+        for round_ in range(1, args.rounds + 1):
+            config = Config(redis_url=url, db_path=str(tmp / f"e2e-{round_}.db"))
+            e2e = end_to_end(config, args.messages)
+            raw = raw_apsw(tmp / f"raw-{round_}.db", args.messages)
+            redis.Redis.from_url(url).flushall()
+            ratios.append(e2e / raw)
+            print(f"round {round_}: end to end {e2e:,.0f} messages/s committed, "
+                  f"raw apsw (batches 1000) {raw:,.0f} rows/s, ratio {e2e / raw:.2f}")
         lags = commit_lag(config.replace(db_path=str(tmp / "lag.db")), args.rate, args.seconds)
-    print(f"messages:                 {args.messages:,}")
-    print(f"end to end:               {e2e:,.0f} messages/s committed")
-    print(f"raw apsw (batches 1000):  {raw:,.0f} rows/s")
-    print(f"ratio end to end / raw:   {e2e / raw:.2f}")
+    print(f"ratio end to end / raw:   {statistics.median(ratios):.2f} (median of {args.rounds})")
     print(f"commit lag at {args.rate}/s for {args.seconds:g}s "
           f"({len(lags)} messages): p50 {percentile(lags, 50):.1f} ms, "
           f"p99 {percentile(lags, 99):.1f} ms")
