@@ -142,6 +142,7 @@ def register_periodic(scheduler: Any, config: Config) -> bool:
                 and job.origin == names.QUEUE_CONSOLIDATE):
             return False
         scheduler.cancel(PERIODIC_JOB_ID)
+    log(logger, "periodic consolidation registered", interval_s=interval)
     scheduler.schedule(
         scheduled_time=now_utc(),
         func=f"{__name__}.request_pass",

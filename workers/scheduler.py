@@ -4,11 +4,16 @@ Two things stock rq-scheduler does with what it reads from Redis, and this one d
 it imports any class a job's meta names as ``queue_class_name`` (code chosen by whoever can
 write to Redis), and a job whose data cannot be decoded stops its loop. Here the queue is
 always memq's JSON queue, and an undecodable job is taken off the schedule and logged.
+
+It also keeps its own registrations (the periodic consolidation pass) in place: they are
+checked on every tick, so a Redis that lost its data (FLUSHALL, a restart without
+persistence) gets them back without a restart of the scheduler.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from rq.exceptions import DeserializationError
@@ -27,6 +32,13 @@ class JSONScheduler(Scheduler):  # type: ignore[misc]  # rq-scheduler has no typ
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["job_class"] = JSONJob
         super().__init__(*args, **kwargs)
+        self.registrations: list[Callable[[JSONScheduler], object]] = []
+        """Idempotent calls that (re)register a schedule; run before every tick."""
+
+    def enqueue_jobs(self) -> Any:
+        for register in self.registrations:
+            register(self)
+        return super().enqueue_jobs()
 
     def get_queue_for_job(self, job: JSONJob) -> Any:
         key = f"{self.queue_class.redis_queue_namespace_prefix}{job.origin}"

@@ -59,9 +59,9 @@ def run_scheduler(args: argparse.Namespace) -> int:
     # rq-scheduler has no serializer option, and jobs must stay JSON (and data, not code).
     scheduler = JSONScheduler(queue_name=names.QUEUE_TASKS, connection=connection,
                               interval=interval)
+    # Periodic consolidation passes: idempotent, so checked on every tick (FLUSHALL-proof).
+    scheduler.registrations.append(lambda s: register_periodic(s, config))
     with broker.translated(config.redis_url, "running the scheduler"):
-        # Periodic consolidation passes: idempotent, so every start may register them.
-        register_periodic(scheduler, config)
         scheduler.run(burst=args.burst)
     return 0
 

@@ -34,6 +34,7 @@ from tests.workers.helpers import (
 from workers import consolidate as consolidate_module
 from workers import context
 from workers.queues import JSONJob, queue, worker
+from workers.scheduler import JSONScheduler
 
 pytestmark = pytest.mark.redis
 
@@ -178,6 +179,22 @@ def test_the_periodic_job_requests_a_pass_through_rq_scheduler(
     assert job.meta["interval"] == 3600
     client.redis.delete(job.key)  # the job's data lost, its schedule entry left behind
     assert consolidate_module.register_periodic(scheduler, changed) is True
+
+
+def test_the_scheduler_registers_the_periodic_pass_again_after_redis_lost_it(
+    client: MemoryClient, config: Config
+) -> None:
+    scheduler = JSONScheduler(queue_name=names.QUEUE_TASKS, connection=client.redis)
+    scheduler.registrations.append(
+        lambda s: consolidate_module.register_periodic(s, config))
+    scheduler.enqueue_jobs()  # a tick
+    assert consolidate_module.PERIODIC_JOB_ID in scheduler
+    client.redis.flushall()
+    assert consolidate_module.PERIODIC_JOB_ID not in scheduler
+    scheduler.enqueue_jobs()  # the next tick, without a restart
+    assert consolidate_module.PERIODIC_JOB_ID in scheduler
+    job = JSONJob.fetch(consolidate_module.PERIODIC_JOB_ID, connection=client.redis)
+    assert job.meta["interval"] == 6 * 3600
 
 
 def test_consolidate_now_from_the_command_line(
