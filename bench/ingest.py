@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import chat_text, percentile, private_redis, scratch_dir
 from memq import names
+from memq.broker import stream_position
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
 from producers import MemoryClient
-from producers.outbox import stream_position
 from store import lexical, schema
 from store.connection import open_connection
 from store.service import open_writer

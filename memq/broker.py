@@ -73,6 +73,13 @@ def translated(url: str, action: str) -> Iterator[None]:
         raise BrokerError(f"{action} failed at {redact_url(url)}: {exc}") from exc
 
 
+def stream_position(stream_id: bytes | str) -> tuple[int, int]:
+    """A stream entry id (``"1700000000000-3"``) as a comparable pair."""
+    text = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def retrying(
     url: str, action: str, call: Callable[[], T], *, retry_for_s: float,
     on_retry: Callable[[], None] | None = None,

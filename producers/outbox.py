@@ -19,7 +19,13 @@ from typing import TypeVar
 import redis
 
 from memq import names
-from memq.broker import MAX_RETRY_DELAY_S, is_transient, retrying, translated
+from memq.broker import (
+    MAX_RETRY_DELAY_S,
+    is_transient,
+    retrying,
+    stream_position,
+    translated,
+)
 from memq.config import ClientConfig, LimitsConfig
 from memq.errors import BrokerError, FlushTimeout, ValidationError
 from memq.events import Event, encode
@@ -29,12 +35,6 @@ PIPELINE_SIZE = 500
 """Entries per round trip inside :meth:`Outbox.batched` (one XADD costs ~100 µs alone)."""
 
 T = TypeVar("T")
-
-
-def stream_position(stream_id: bytes | str) -> tuple[int, int]:
-    text = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
 
 
 class Outbox:

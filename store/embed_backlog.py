@@ -33,6 +33,7 @@ import apsw
 import redis
 
 from memq import names
+from memq.broker import stream_position
 from memq.config import Config
 from memq.logs import log
 from store import embed_jobs
@@ -122,12 +123,6 @@ def _embedded_models(conn: apsw.Connection) -> Iterator[str]:
 
 
 # -- the snapshot -----------------------------------------------------------------------
-
-
-def stream_position(stream_id: bytes | str) -> tuple[int, int]:
-    text = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def inbox_mark(connection: redis.Redis) -> tuple[int, int]:

@@ -14,10 +14,10 @@ import redis
 from rq_scheduler import Scheduler
 
 from memq import names
+from memq.broker import stream_position
 from memq.clock import now_utc, to_rfc3339, uuid7
 from memq.config import Config
 from memq.events import Event, EventType, encode
-from producers.outbox import stream_position
 from workers import context
 from workers.queues import JSONJob, worker
 

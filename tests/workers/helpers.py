@@ -14,9 +14,9 @@ import orjson
 import redis
 
 from memq import names
+from memq.broker import stream_position
 from memq.config import Config
 from producers import MemoryClient
-from producers.outbox import stream_position
 from store.consolidation_jobs import wait_planned
 from workers import context
 from workers.consolidate import request_event
