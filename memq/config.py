@@ -178,6 +178,9 @@ class SchedulerConfig:
     handler: str = ""
     tasks: tuple[dict[str, Any], ...] = ()
     interval_s: float = 1.0
+    agent_inbox_maxlen: int = 10_000
+    """About how many deliveries ``memq:agent-inbox`` keeps (older ones are trimmed as new
+    ones arrive; Redis trims in whole blocks, so a few more may stay); 0 keeps them all."""
 
     def __post_init__(self) -> None:
         _check_scheduler(self)
@@ -262,6 +265,9 @@ def _check_scheduler(section: SchedulerConfig) -> None:
             f"[scheduler] handler must be 'module:function', got {section.handler!r}")
     if not section.interval_s > 0:
         raise ConfigError(f"[scheduler] interval_s must be positive, got {section.interval_s}")
+    if section.agent_inbox_maxlen < 0:
+        raise ConfigError("[scheduler] agent_inbox_maxlen must be 0 (keep all) or more, "
+                          f"got {section.agent_inbox_maxlen}")
     names: set[str] = set()
     for number, entry in enumerate(section.tasks, 1):
         where = _check_task_entry(number, entry)

@@ -158,7 +158,8 @@ def _record(context: WorkerContext, marker: str, delivery: dict[str, Any],
                 return False
             pipe.multi()
             pipe.set(marker, delivery["fired_at"], ex=FIRED_MARKER_TTL_S)
-            pipe.xadd(names.AGENT_INBOX_STREAM, fields)
+            maxlen = context.config.scheduler.agent_inbox_maxlen or None
+            pipe.xadd(names.AGENT_INBOX_STREAM, fields, maxlen=maxlen, approximate=True)
             pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: encode(event)})
             pipe.execute()
         except redis.WatchError:

@@ -45,6 +45,9 @@ def test_defaults_and_a_full_section() -> None:
     ({"handler": "just_a_module"}, "[scheduler] handler must be 'module:function'"),
     ({"handler": ":func"}, "[scheduler] handler must be 'module:function'"),
     ({"interval_s": 0}, "[scheduler] interval_s must be positive, got 0.0"),
+    ({"agent_inbox_maxlen": -1},
+     "[scheduler] agent_inbox_maxlen must be 0 (keep all) or more, got -1"),
+    ({"agent_inbox_maxlen": "lots"}, "[scheduler] agent_inbox_maxlen must be int"),
     ({"tasks": GOOD}, "[scheduler] tasks must be tuple"),
 ])
 def test_bad_scheduler_settings_name_the_problem(scheduler: dict[str, Any], message: str) -> None:

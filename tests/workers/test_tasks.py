@@ -141,3 +141,16 @@ def test_malformed_job_data_is_refused(installed: Config, broker: redis.Redis, d
         run_task(data)
     assert message in str(caught.value)
     assert agent_inbox(broker) == []
+
+
+@pytest.mark.parametrize(("maxlen", "kept"), [(10, range(10, 150)), (0, range(300, 301))])
+def test_the_agent_inbox_is_trimmed_to_about_its_maxlen(
+    config: Config, broker: redis.Redis, maxlen: int, kept: range
+) -> None:
+    trimmed = config.replace(scheduler=SchedulerConfig(agent_inbox_maxlen=maxlen))
+    with worker_context(trimmed, broker):
+        for day in range(300):
+            slot = f"2027-{1 + day // 28:02d}-{1 + day % 28:02d}T09:00:00Z"
+            assert run_task(job(scheduled_for=slot))["status"] == "fired"
+    assert broker.xlen(names.AGENT_INBOX_STREAM) in kept  # Redis trims in whole blocks
+    assert agent_inbox(broker)[-1]["scheduled_for"] == slot  # the newest stays
