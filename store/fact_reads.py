@@ -58,11 +58,12 @@ def list_facts(conn: apsw.Connection, category: str | None = None) -> list[Fact]
 def fact_history(conn: apsw.Connection, category: str, key: str) -> list[FactChange]:
     """Every change event of one fact, oldest first, each marked applied or not."""
     rows = conn.execute(
+        # Word for word the terms of the index events_fact_history (migration 0008).
         """SELECT seq, event_id, type, created_at, payload FROM events
-           WHERE type IN (?, ?)
+           WHERE type IN ('fact.set', 'fact.deleted')
              AND json_extract(payload, '$.category') = ? AND json_extract(payload, '$.key') = ?
            ORDER BY seq""",
-        (EventType.FACT_SET.value, EventType.FACT_DELETED.value, category, key),
+        (category, key),
     ).fetchall()
     changes, current = [], None
     for row in rows:

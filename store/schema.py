@@ -219,6 +219,20 @@ def _fts(cur: apsw.Cursor) -> None:
     )
 
 
+def _fact_history_index(cur: apsw.Cursor) -> None:
+    # fact_history (store/fact_reads.py) finds one fact's changes in the log by seeking
+    # here, not by decoding every fact event ever sent. Partial: only fact events carry
+    # these fields, and every other event skips the index. Queries must repeat the
+    # expressions and the WHERE term word for word for SQLite to use it.
+    cur.execute(
+        """
+        CREATE INDEX events_fact_history
+            ON events(json_extract(payload, '$.category'), json_extract(payload, '$.key'), seq)
+            WHERE type IN ('fact.set', 'fact.deleted');
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_event_log", _event_log),
     Migration("0002_projections", _projections),
@@ -227,6 +241,7 @@ MIGRATIONS: list[Migration] = [
     Migration("0005_consolidation", _consolidation),
     Migration("0006_embedding_backlog_index", _embedding_backlog),
     Migration("0007_fts", _fts),
+    Migration("0008_fact_history_index", _fact_history_index),
 ]
 
 PROJECTION_TABLES = (

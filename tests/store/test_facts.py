@@ -260,3 +260,14 @@ def test_fact_events_stay_small_json(log: EventLog) -> None:
     log.send(set_fact("c", "k", "v", force=True))
     payload = orjson.loads(log.rows("SELECT payload FROM events")[0][0])
     assert payload == {"category": "c", "key": "k", "value": "v", "source": "agent", "force": True}
+
+
+def test_history_seeks_the_fact_history_index(log: EventLog) -> None:
+    log.send(set_fact("prefs", "editor", "vim"))
+    plan = " ".join(str(row[-1]) for row in log.reader().execute(
+        "EXPLAIN QUERY PLAN SELECT seq FROM events WHERE type IN ('fact.set', 'fact.deleted')"
+        " AND json_extract(payload, '$.category') = ? AND json_extract(payload, '$.key') = ?"
+        " ORDER BY seq", ("prefs", "editor")))
+    assert "USING INDEX events_fact_history" in plan
+    assert EventType.FACT_SET.value == "fact.set"  # the index's WHERE names these types
+    assert EventType.FACT_DELETED.value == "fact.deleted"
