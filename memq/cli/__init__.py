@@ -17,6 +17,7 @@ from memq.cli import (
     dashboard,
     demo,
     embeddings,
+    facts,
     metrics,
     model,
     status,
@@ -28,7 +29,7 @@ from memq.cli import (
 from memq.errors import MemqError
 
 GROUPS = (
-    writer, worker, admin, model, context, embeddings, consolidate, tasks, up, status,
+    writer, worker, admin, model, context, embeddings, consolidate, tasks, facts, up, status,
     dashboard, metrics, demo,
 )
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
