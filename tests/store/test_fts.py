@@ -204,7 +204,7 @@ def test_migration_indexes_existing_rows_as_the_appliers_would(tmp_path: Path) -
         conn.execute("INSERT INTO messages (id, session_id, role, content, created_at, seq)"
                      " VALUES (?, ?, 'user', 'an old turn about herons', ?, ?)",
                      (f"m{seq}", session, at(0), seq))
-    assert schema.migrate(conn) == ["0007_fts"]
+    assert schema.migrate(conn) == [m.name for m in schema.MIGRATIONS if m.name >= "0007"]
     for seq, session in enumerate(SESSIONS, 1):
         assert [mid for mid, _ in lexical.search(conn, session, "herons", 5)] == [f"m{seq}"]
     assert stored_tokens(conn) == sorted(lexical.session_token(s).lower() for s in SESSIONS)
