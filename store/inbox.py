@@ -162,17 +162,18 @@ class Prefetcher(threading.Thread):
     def get(self, timeout: float) -> Prefetched | None:
         """The next batch, joined by those already read behind it (a group commit).
 
-        Under a backlog, one transaction then covers up to :data:`AHEAD` + 1 batches, and
-        its fsync is paid once for all of them; at a trickle nothing waits behind, and a
-        batch is committed alone, as soon as it is read. Entries stay in stream order.
+        Under a backlog, one transaction then covers up to :data:`AHEAD` batches, and its
+        fsync is paid once for all of them; at a trickle nothing waits behind, and a batch
+        is committed alone, as soon as it is read. Entries stay in stream order.
         """
         try:
             entries, decoded = self.ready.get(timeout=timeout)
         except queue.Empty:
             return None
-        while True:
+        for _ in range(self.AHEAD - 1):
             try:
                 more_entries, more_decoded = self.ready.get_nowait()
             except queue.Empty:
-                return entries, decoded
+                break
             entries, decoded = entries + more_entries, decoded + more_decoded
+        return entries, decoded

@@ -36,7 +36,7 @@ def test_a_batch_alone_is_not_held_back() -> None:
     assert [e[0] for e in entries] == [b"1-0"]
 
 
-def test_at_most_the_batches_read_ahead_are_joined() -> None:
+def test_at_most_ahead_batches_are_joined() -> None:
     ahead = prefetcher()
     for i in range(Prefetcher.AHEAD):
         ahead.ready.put(batch(f"{i}-0"))
