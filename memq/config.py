@@ -121,10 +121,7 @@ class EmbedConfig:
     job_batch_size: int = 64
 
     def __post_init__(self) -> None:
-        if self.job_batch_size < 1:
-            raise ConfigError(
-                f"[embed] job_batch_size must be at least 1, got {self.job_batch_size}"
-            )
+        _at_least("embed", "job_batch_size", self.job_batch_size, 1)
         if self.max_retries < 0 or self.retry_backoff_s < 0:
             raise ConfigError("[embed] max_retries and retry_backoff_s must not be negative")
 
@@ -192,14 +189,8 @@ class MacrosConfig:
     suggest_limit: int = 5
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.min_confidence <= 1.0:
-            raise ConfigError(
-                f"[macros] min_confidence must be between 0.0 and 1.0, got {self.min_confidence}"
-            )
-        if self.suggest_limit < 1:
-            raise ConfigError(
-                f"[macros] suggest_limit must be at least 1, got {self.suggest_limit}"
-            )
+        _between("macros", "min_confidence", self.min_confidence, 0.0, 1.0)
+        _at_least("macros", "suggest_limit", self.suggest_limit, 1)
 
 
 @dataclass(frozen=True)
