@@ -7,7 +7,7 @@ broker, and its errors must read the same everywhere (with credentials redacted)
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -15,6 +15,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from memq import names
 from memq.errors import BrokerError, ConfigError
 from memq.logs import redact_url
 
@@ -71,6 +72,17 @@ def translated(url: str, action: str) -> Iterator[None]:
         yield
     except redis.exceptions.RedisError as exc:
         raise BrokerError(f"{action} failed at {redact_url(url)}: {exc}") from exc
+
+
+def send_to_inbox(connection: redis.Redis, raws: Sequence[bytes]) -> list[bytes]:
+    """XADD wire events to ``memq:inbox`` in one round trip; returns their entry ids.
+
+    A fresh pipeline per call, so a retry never resends a failed one's half-sent commands.
+    """
+    pipe = connection.pipeline(transaction=False)
+    for raw in raws:
+        pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
+    return list(pipe.execute())
 
 
 def stream_position(stream_id: bytes | str) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from memq.broker import (
     MAX_RETRY_DELAY_S,
     is_transient,
     retrying,
+    send_to_inbox,
     stream_position,
     translated,
 )
@@ -92,15 +93,8 @@ class Outbox:
         if not self._buffer:
             return
         buffer = self._buffer
-
-        def send_all() -> list[bytes]:
-            # A fresh pipeline per attempt: a failed one may hold half-sent commands.
-            pipe = self.redis.pipeline(transaction=False)
-            for raw in buffer:
-                pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
-            return list(pipe.execute())
-
-        ids = self._retrying(f"sending {len(buffer)} events", send_all)
+        ids = self._retrying(f"sending {len(buffer)} events",
+                             lambda: send_to_inbox(self.redis, buffer))
         buffer.clear()
         self._remember(ids[-1])
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import redis
 
-from memq import broker, names
+from memq import broker
 from memq import config as config_module
 from memq.config import Config
 from memq.events import Event, encode
@@ -35,17 +35,10 @@ class WorkerContext:
         that failed here would be retried by RQ, but only after redoing all its work.
         """
         raws = [encode(event) for event in events]
-
-        def send_all() -> None:
-            # A fresh pipeline per attempt: a failed one may hold half-sent commands.
-            pipe = self.redis.pipeline(transaction=False)
-            for raw in raws:
-                pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
-            pipe.execute()
-
         before = self.retried
         broker.retrying(self.config.redis_url, f"sending {len(raws)} result events",
-                        send_all, retry_for_s=self.config.client.retry_for_s,
+                        lambda: broker.send_to_inbox(self.redis, raws),
+                        retry_for_s=self.config.client.retry_for_s,
                         on_retry=self._count_retry)
         if self.retried > before:
             log(logger, "results sent after Redis came back", logging.WARNING,
