@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from memq import broker, names
-from memq.cli.common import add_store_options, load_config
+from memq.cli.common import add_store_options, load_config, read_database
 from memq.progress import Progress
 
 
@@ -96,13 +96,9 @@ class _LazyBar:
 
 def rejected_list(args: argparse.Namespace) -> int:
     from store import rejected
-    from store.connection import open_connection
 
-    conn = open_connection(load_config(args).db_path, readonly=True)
-    try:
-        rows = rejected.list_rejected(conn, include_replayed=args.all)
-    finally:
-        conn.close()
+    rows = read_database(load_config(args).db_path,
+                         lambda conn: rejected.list_rejected(conn, include_replayed=args.all))
     for row in rows:
         if args.json:
             raw = row.raw.decode("utf-8", "replace")
@@ -117,19 +113,12 @@ def rejected_list(args: argparse.Namespace) -> int:
 def rejected_replay(args: argparse.Namespace) -> int:
     from memq.errors import ValidationError
     from store import rejected
-    from store.connection import open_connection
 
     if not args.ids and not args.all:
         raise ValidationError("name the rejected event ids to replay, or pass --all")
     config = load_config(args)
-    conn = open_connection(config.db_path, readonly=True)
-    try:
-        if args.all:
-            rows = rejected.list_rejected(conn)
-        else:
-            rows = [rejected.get(conn, i) for i in args.ids]
-    finally:
-        conn.close()
+    rows = read_database(config.db_path, lambda conn: (
+        rejected.list_rejected(conn) if args.all else [rejected.get(conn, i) for i in args.ids]))
     client = broker.connect(config.redis_url)
     with broker.translated(config.redis_url, "replaying rejected events"):
         for row in rows:

@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from memq import config as config_module
 from memq.config import Config
+
+if TYPE_CHECKING:
+    import apsw
+
+T = TypeVar("T")
 
 
 def add_store_options(
@@ -60,6 +67,17 @@ def load_config(args: argparse.Namespace, *, discover_redis: bool = True) -> Con
     if getattr(args, "model_dir", None):
         config = config.replace(embed=dataclasses.replace(config.embed, model_dir=args.model_dir))
     return config
+
+
+def read_database(db_path: str, query: Callable[[apsw.Connection], T]) -> T:
+    """``query`` on a read-only connection to ``db_path``, closed afterwards."""
+    from store.connection import open_connection
+
+    conn = open_connection(db_path, readonly=True)
+    try:
+        return query(conn)
+    finally:
+        conn.close()
 
 
 PRIVATE_REDIS_URL_FILE = "redis.url"

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import orjson
 
-from memq.cli.common import add_store_options, load_config
-
-if TYPE_CHECKING:
-    import apsw
-
-T = TypeVar("T")
+from memq.cli.common import add_store_options, load_config, read_database
 
 
 def register(sub: Any) -> None:
@@ -36,7 +30,8 @@ def register(sub: Any) -> None:
 def list_facts(args: argparse.Namespace) -> int:
     from store import fact_reads
 
-    facts = _read(args, lambda conn: fact_reads.list_facts(conn, args.category))
+    facts = read_database(load_config(args).db_path,
+                          lambda conn: fact_reads.list_facts(conn, args.category))
     for fact in facts:
         if args.json:
             print(orjson.dumps(dataclasses.asdict(fact)).decode())
@@ -51,7 +46,8 @@ def list_facts(args: argparse.Namespace) -> int:
 def history(args: argparse.Namespace) -> int:
     from store import fact_reads
 
-    changes = _read(args, lambda conn: fact_reads.fact_history(conn, args.category, args.key))
+    changes = read_database(load_config(args).db_path,
+                            lambda conn: fact_reads.fact_history(conn, args.category, args.key))
     for change in changes:
         if args.json:
             print(orjson.dumps(dataclasses.asdict(change)).decode())
@@ -64,12 +60,3 @@ def history(args: argparse.Namespace) -> int:
         print(f"no changes recorded for {args.category}/{args.key}")
     return 0
 
-
-def _read(args: argparse.Namespace, query: Callable[[apsw.Connection], T]) -> T:
-    from store.connection import open_connection
-
-    conn = open_connection(load_config(args).db_path, readonly=True)
-    try:
-        return query(conn)
-    finally:
-        conn.close()

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import orjson
 
 from memq import broker, logs, names
-from memq.cli.common import add_store_options, load_config
+from memq.cli.common import add_store_options, load_config, read_database
 from memq.clock import now_utc, to_rfc3339
 
 NEXT_RUNS = 5
@@ -95,13 +95,8 @@ def _local(moment: datetime, zone: ZoneInfo) -> str:
 
 def list_tasks(args: argparse.Namespace) -> int:
     from producers.tasks import read_tasks
-    from store.connection import open_connection
 
-    conn = open_connection(load_config(args).db_path, readonly=True)
-    try:
-        tasks = read_tasks(conn)
-    finally:
-        conn.close()
+    tasks = read_database(load_config(args).db_path, read_tasks)
     for task in tasks:
         if args.json:
             print(orjson.dumps(task.__dict__).decode())
