@@ -24,7 +24,6 @@ from producers import retrieval as retrieval_module
 from producers import sources as sources_module
 from producers.messages import Message
 from producers.retrieval import Hit, Profile, Recency, Sources
-from tests.conftest import WriterThread
 from tests.embedding_events import send_embeddings
 
 pytestmark = pytest.mark.redis
@@ -35,29 +34,12 @@ PEANUTS = "I am allergic to peanuts."
 FILLER = "Turn {}: let's keep going with the refactor of the parser."
 
 
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    from tests.conftest import MODEL_DIR
-
-    shared = Embedder(dataclasses.replace(Config().embed, model_dir=str(MODEL_DIR)))
-    shared.load()
-    return shared
-
-
 def make_client(config: Config, embedder: Embedder | None = None, **retrieval: Any) -> MemoryClient:
     settings = dataclasses.replace(config.retrieval, **retrieval)
     client = MemoryClient(config=config.replace(retrieval=settings))
     if embedder is not None:
         client.query_vectors.embedder = embedder  # the same real model, loaded once
     return client
-
-
-@pytest.fixture
-def clients(config: Config, writer: WriterThread) -> Iterator[list[MemoryClient]]:
-    opened: list[MemoryClient] = []
-    yield opened
-    for client in opened:
-        client.close()
 
 
 def record(client: MemoryClient, texts: Sequence[str], embedder: Embedder | None = None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +14,6 @@ from producers import MemoryClient
 from tests.conftest import ROOT, memq_command
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def idle_client(config: Config) -> Iterator[MemoryClient]:
-    """A client with no writer running: bad calls must fail before anything is sent."""
-    with MemoryClient(config=config) as memory:
-        yield memory
 
 
 def test_set_read_update_delete(client: MemoryClient) -> None:

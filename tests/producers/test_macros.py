@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -16,13 +15,6 @@ from producers import MemoryClient
 from store.rebuild import check
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def idle_client(config: Config) -> Iterator[MemoryClient]:
-    """A client with no writer running: bad calls must fail before anything is sent."""
-    with MemoryClient(config=config) as memory:
-        yield memory
 
 
 def record_sessions(client: MemoryClient, count: int = 4) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +19,6 @@ from store.connection import open_connection
 from store.rebuild import check
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def idle_client(config: Config) -> Iterator[MemoryClient]:
-    """A client with no writer running: bad calls must fail before anything is sent."""
-    with MemoryClient(config=config) as memory:
-        yield memory
 
 
 def test_allow_and_revoke(client: MemoryClient, config: Config) -> None:

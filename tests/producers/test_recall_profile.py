@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -21,7 +21,6 @@ from producers import ContextItem, MemoryClient
 from producers.fusion import Candidate, fuse, with_neighbours
 from producers.messages import Message
 from producers.retrieval import Hit, Relevance, budgeted, profile_for
-from tests.conftest import MODEL_DIR, WriterThread
 from tests.embedding_events import send_embeddings
 from tests.faults.hostile import SQL_LOOKING
 
@@ -187,21 +186,6 @@ def test_relevance_asks_for_the_successors_of_its_best_only() -> None:
 
 
 # -- end to end --------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    shared = Embedder(dataclasses.replace(Config().embed, model_dir=str(MODEL_DIR)))
-    shared.load()
-    return shared
-
-
-@pytest.fixture
-def clients(config: Config, writer: WriterThread) -> Iterator[list[MemoryClient]]:
-    opened: list[MemoryClient] = []
-    yield opened
-    for client in opened:
-        client.close()
-
 
 def recall_client(config: Config, clients: list[MemoryClient], embedder: Embedder | None = None,
                   **settings: Any) -> MemoryClient:
