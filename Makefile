@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 MODEL_DIR ?= models/all-MiniLM-L6-v2
 LOCOMO ?= ../shared/data/locomo-dev.json
 
-.PHONY: run test bootstrap redis-server chromium lint typecheck check bench clean
+.PHONY: run test fuzz bootstrap redis-server shells chromium lint typecheck check bench clean
 
 run: bootstrap
 	$(BIN)/memq up --demo
@@ -15,7 +15,14 @@ run: bootstrap
 test: bootstrap chromium
 	$(BIN)/python -m pytest
 
-bootstrap: $(VENV)/.installed $(MODEL_DIR)/.verified redis-server
+# `make test` runs the inbox fuzzer seeded and bounded; this is the long hunt (any seed).
+FUZZ_EXAMPLES ?= 5000
+FUZZ_SEED ?= $(shell date +%s)
+fuzz: bootstrap
+	MEMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MEMQ_FUZZ_SEED=$(FUZZ_SEED) \
+	  $(BIN)/python -m pytest -q tests/faults/test_fuzz_inbox.py
+
+bootstrap: $(VENV)/.installed $(MODEL_DIR)/.verified redis-server shells
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +40,13 @@ redis-server:
 	  echo "installing redis-server"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
 
+# The terminal matcher's tests run commands under the real bash and dash, in a sandbox
+# made with unshare (util-linux, like bash, is always there on Debian).
+shells:
+	@command -v dash >/dev/null 2>&1 || { \
+	  echo "installing dash"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dash; }
+
 # The dashboard test drives rq-dashboard in a real headless browser (`make run` needs none).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -49,12 +63,40 @@ check: lint typecheck test
 
 bench: bootstrap
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/durability.py
 	$(BIN)/python bench/context.py
+	$(BIN)/python bench/freshness.py
+	$(BIN)/python bench/aio.py
+	$(BIN)/python bench/forget.py
+	$(BIN)/python bench/unindex.py
 	$(BIN)/python bench/embed.py
 	$(BIN)/python bench/consolidate.py
 	$(BIN)/python bench/facts_macros.py
-	@if [ -f $(LOCOMO) ]; then $(BIN)/python bench/retrieval.py --data $(LOCOMO); \
+	$(BIN)/python bench/terminal.py
+	$(BIN)/python bench/adapters.py
+	$(BIN)/python bench/soak.py
+	@if [ -f $(LOCOMO) ]; then $(BIN)/python bench/retrieval.py --data $(LOCOMO) --scope user --folds; \
 	else echo "bench/retrieval.py skipped: $(LOCOMO) is absent (set LOCOMO=...)"; fi
+
+# Mutation testing, a developer tool (not part of `make test`): the writer's log and batch
+# application and the event schema, each against the tests that guard it. mutmut edits
+# each file in place and restores it: run it on a clean tree, nothing else running.
+# `.venv/bin/mutmut results` then lists the survivors, `mutmut show ID` one of them
+# (mutmut exits non-zero while any survive; the leading "-" lets both runs finish).
+MUTATE_WRITER = store/write/log.py,store/write/batch.py
+GUARD_WRITER = tests/store/test_log.py tests/store/test_batch.py tests/store/test_streams.py \
+	tests/store/test_fts.py tests/store/test_sessions.py tests/faults/test_hostile_inbox.py \
+	tests/store/test_rebuild.py
+MUTATE_SCHEMA = memq/events/fields.py,memq/events/envelope.py
+GUARD_SCHEMA = tests/memq/test_events.py tests/faults/test_hostile_inbox.py \
+	tests/faults/test_hostile_client.py
+
+mutation: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,mutation]'
+	-$(BIN)/mutmut run --paths-to-mutate $(MUTATE_WRITER) --tests-dir tests \
+	  --runner "$(BIN)/python -m pytest -x -q -p no:randomly $(GUARD_WRITER)"
+	-$(BIN)/mutmut run --paths-to-mutate $(MUTATE_SCHEMA) --tests-dir tests \
+	  --runner "$(BIN)/python -m pytest -x -q -p no:randomly $(GUARD_SCHEMA)"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache

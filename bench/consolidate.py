@@ -43,12 +43,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from memq import names  # noqa: E402
 from memq.clock import to_rfc3339  # noqa: E402
 from memq.config import Config, ConsolidationConfig, EmbedConfig  # noqa: E402
 from memq.embedding import Embedder  # noqa: E402
-from store.consolidation_jobs import Chunk, chunk_rows  # noqa: E402
-from workers.extractive import ExtractiveSummariser, candidate_sentences  # noqa: E402
-from workers.summarise import ChunkMessage, check  # noqa: E402
+from memq.store.dispatch.consolidation_jobs import Chunk, chunk_rows  # noqa: E402
+from memq.workers.extractive import ExtractiveSummariser, candidate_sentences  # noqa: E402
+from memq.workers.summarise import ChunkMessage, check  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
 
@@ -125,9 +126,10 @@ def bench_pipeline(sessions: dict[str, list[tuple[str, str, str, str]]],
     """Append, request, burst-work, and time until every summary is committed."""
     if shutil.which("redis-server") is None:
         return None
-    from producers import MemoryClient
-    from tests.conftest import RedisServer, WriterThread
-    from tests.workers.helpers import request_pass, run_burst_worker
+    from memq import MemoryClient
+    from memq.store.dispatch.consolidation_jobs import wait_planned
+    from memq.testing import RedisServer, WriterThread, run_queued_jobs
+    from memq.workers.consolidate import request_event
 
     with tempfile.TemporaryDirectory(prefix="memq-bench-") as tmp:
         server = RedisServer(Path(tmp))
@@ -139,9 +141,11 @@ def bench_pipeline(sessions: dict[str, list[tuple[str, str, str, str]]],
             with MemoryClient(config=config) as client:
                 _append_all(client, sessions)
                 started = time.perf_counter()
-                planned = request_pass(client)
+                request = request_event()
+                client.outbox.send(request)
+                planned = wait_planned(client.redis, request.id, 10)
                 # returns once the writer has committed every result
-                run_burst_worker(config, logging_level="WARNING")
+                run_queued_jobs(config, names.QUEUE_CONSOLIDATE, logging_level="WARNING")
                 seconds = time.perf_counter() - started
                 summaries = _count(config, "SELECT count(*) FROM messages WHERE role = 'system'")
                 done = _count(config, "SELECT count(*) FROM messages "

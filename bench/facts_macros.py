@@ -20,15 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memq import names
 from memq.clock import uuid7
 from memq.config import Config
 from memq.events import Event, EventType, encode
-from store import schema
-from store.connection import open_connection
-from store.fact_reads import fact_history, list_facts
-from store.fact_search import relevant_facts
-from store.writer import Writer
+from memq.store import schema
+from memq.store.connection import open_connection
+from memq.store.read.fact_search import relevant_facts
+from memq.store.read.facts import fact_history, list_facts
+from memq.store.write.writer import Writer
+from memq.testing import apply_events
 
 BATCH = 500
 NOW = "2026-03-01T09:00:00.000000Z"
@@ -72,12 +72,10 @@ def apply_rate(path: Path, events: list[Event]) -> float:
     conn = open_connection(path)
     schema.migrate(conn)
     writer = Writer(Config(db_path=str(path)), conn, None)  # type: ignore[arg-type]
-    raws = [encode(e) for e in events]
+    raws: list[Event | bytes] = [encode(e) for e in events]  # encoded apart: clients do that
     started = time.perf_counter()
     for start in range(0, len(raws), BATCH):
-        entries = [(f"{start + i + 1}-0".encode(), {names.EVENT_FIELD: raw})
-                   for i, raw in enumerate(raws[start : start + BATCH])]
-        result = writer.apply_batch(entries)  # type: ignore[arg-type]
+        result = apply_events(writer, raws[start : start + BATCH])
         assert result.rejected == 0
     elapsed = time.perf_counter() - started
     conn.close()

@@ -31,14 +31,14 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import chat_text, percentile, private_redis, scratch_dir
-from memq import names
+from memq import MemoryClient, acl, names
+from memq.authority import STREAM_OF_ROLE
 from memq.broker import stream_position
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
-from producers import MemoryClient
-from store import lexical, schema
-from store.connection import open_connection
-from store.service import open_writer
+from memq.store import lexical, schema
+from memq.store.connection import open_connection
+from memq.store.write.service import open_writer
 
 
 def end_to_end(config: Config, count: int) -> float:
@@ -78,7 +78,7 @@ def raw_apsw(path: Path, count: int, batch: int = 1000) -> float:
             [r[1] for r in chunk],
         )
         # The writer indexes message content in the same transaction: so does the baseline.
-        lexical.index(conn.cursor(), [(r[1][4], r[1][1], r[1][2]) for r in chunk])
+        lexical.index(conn.cursor(), [(r[1][4], r[1][1], r[1][2], None, None) for r in chunk])
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - started
     conn.close()
@@ -120,9 +120,11 @@ def commit_lag(config: Config, rate: int, seconds: float) -> list[float]:
 def _watch(config: Config, sent: list[tuple[tuple[int, int], float]],
            committed_at: dict[int, float], stop: threading.Event) -> None:
     client = redis.Redis.from_url(config.redis_url)
+    # The commit position of the stream the bench's client writes (its role's).
+    key = names.COMMITTED_KEYS[STREAM_OF_ROLE[acl.role_of(client)]]
     next_index = 0
     while not stop.is_set():
-        value = client.get(names.COMMITTED_KEY)
+        value = client.get(key)
         now = time.perf_counter()
         if value is not None:
             position = stream_position(value)

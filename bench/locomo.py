@@ -5,8 +5,11 @@ The shape (a JSON list, one object per conversation): ``conversation`` holds
 8 May, 2023") and ``session_n`` (turns ``{speaker, dia_id, text[, blip_caption]}``);
 ``qa`` holds ``{question, answer, evidence: [dia_id, ...], category}``.
 
-Each conversation becomes one memq session (its ``sample_id``, else ``conv-<index>``),
-each turn one message, in order, created at its session's date and time plus as many
+Two layouts. ``session``: each conversation becomes one memq session (its ``sample_id``,
+else ``conv-<index>``). ``user``: each LoCoMo session n becomes its own memq session
+``<conversation>-s<n>``, all of them under one ``user_id``, the conversation's id; the
+questions are asked at user scope from the last session. Either way each turn is one
+message, in order, created at its session's date and time plus as many
 microseconds as the turn's position in the session (so timestamps alone keep the turns'
 order, which ids created within one millisecond would not). A turn's content is
 ``"<speaker>: <text>"``, plus ``" [image: <caption>]"`` when it carries an image
@@ -34,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from producers import MemoryClient
+from memq import MemoryClient
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop",
               5: "adversarial"}
@@ -51,12 +54,18 @@ class DataError(ValueError):
     """The file is not of the LoCoMo shape; the message says where."""
 
 
+LAYOUTS = ("session", "user")
+"""How conversations are stored: one memq session each, or one per LoCoMo session."""
+
+
 @dataclass(frozen=True)
 class Turn:
     dia_id: str
     role: str
     content: str
     created_at: datetime
+    session: int = 1
+    """The LoCoMo session number (n of ``session_n``)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,13 @@ class Conversation:
     session_id: str
     turns: list[Turn]
     questions: list[Question]
+
+    def memq_session(self, turn: Turn | None, layout: str) -> str:
+        """The memq session of ``turn`` (None: the session questions are asked from)."""
+        if layout == "session":
+            return self.session_id
+        number = turn.session if turn is not None else max(t.session for t in self.turns)
+        return f"{self.session_id}-s{number}"
 
 
 @dataclass
@@ -132,7 +148,7 @@ def _turns(conv: dict[str, Any], n: int, first: Any, where: str) -> Iterator[Tur
         if isinstance(raw.get("blip_caption"), str) and raw["blip_caption"].strip():
             content += f" [image: {raw['blip_caption'].strip()}]"
         role = "user" if raw["speaker"] == first else "assistant"
-        yield Turn(raw["dia_id"], role, content, when + timedelta(microseconds=i))
+        yield Turn(raw["dia_id"], role, content, when + timedelta(microseconds=i), n)
 
 
 def parse_date(value: Any, where: str) -> datetime:
@@ -182,18 +198,23 @@ def normalise_evidence(raw: list[Any], turn_ids: set[str],
     return tuple(found)
 
 
-def load_into(client: MemoryClient, conversations: Iterable[Conversation]) -> dict[str, str]:
-    """Append every turn through ``client`` and wait until all are committed.
+def load_into(client: MemoryClient, conversations: Iterable[Conversation],
+              layout: str = "session") -> dict[str, str]:
+    """Append every turn through ``client`` in ``layout`` and wait until all are committed.
 
-    Returns ``"<session id>/<dia_id>"`` -> message id.
+    Returns ``"<conversation id>/<dia_id>"`` -> message id.
     """
+    if layout not in LAYOUTS:
+        raise DataError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     ids: dict[str, str] = {}
     with client.batched():
         for conversation in conversations:
+            user = conversation.session_id if layout == "user" else None
             for turn in conversation.turns:
                 key = f"{conversation.session_id}/{turn.dia_id}"
-                ids[key] = client.append(conversation.session_id, turn.role, turn.content,
-                                         created_at=turn.created_at)
+                ids[key] = client.append(conversation.memq_session(turn, layout), turn.role,
+                                         turn.content, created_at=turn.created_at,
+                                         user_id=user)
     client.flush(timeout=600)
     return ids
 

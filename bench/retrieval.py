@@ -32,34 +32,39 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
 import dataclasses
+import hashlib
 import itertools
+import shutil
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import locomo
+from bench import folds, locomo
 from bench.common import percentile, private_redis, scratch_dir
-from memq import broker, names
+from bench.folds import Answer, Scores
+from memq import MemoryClient, broker, names
 from memq.config import Config, RetrievalConfig
 from memq.config import load as load_config
 from memq.embedding import Embedder
 from memq.errors import MemqError
-from producers import MemoryClient
-from producers.fusion import Candidate
-from producers.retrieval import Lexical, Profile, Relevance, Semantic, Sources, profile_for
-from store.service import open_writer
-from workers import context
-from workers import embed as embed_job
-from workers.queues import worker
+from memq.producers.fusion import Candidate
+from memq.producers.retrieval import Lexical, Profile, Relevance, Semantic, Sources, profile_for
+from memq.store.read.scope import Scope
+from memq.store.schema import MIGRATIONS
+from memq.store.write.service import open_writer
+from memq.workers import context
+from memq.workers import embed as embed_job
+from memq.workers.queues import worker
 
 BASELINES: dict[str, Profile] = {
     "cosine top-10": Profile("cosine top-10", (Semantic(-1.0, 10),)),
@@ -90,8 +95,8 @@ class ReciprocalRank(Relevance):
 
     k: int = 60
 
-    def _fused(self, sources: Sources, session_id: str, query: str) -> list[Candidate]:
-        found = super()._fused(sources, session_id, query)
+    def _fused(self, sources: Sources, scope: Scope, query: str) -> list[Candidate]:
+        found = super()._fused(sources, scope, query)
         lexical = sorted((c for c in found if c.lexical is not None),
                          key=lambda c: -(c.lexical or 0.0))
         semantic = sorted((c for c in found if c.z is not None), key=lambda c: -(c.z or 0.0))
@@ -111,24 +116,6 @@ def reciprocal_rank(config: RetrievalConfig) -> Profile:
     fields = {f.name: getattr(relevance, f.name) for f in dataclasses.fields(Relevance)}
     return Profile("recall, RRF", (*recall.strategies[:-1], ReciprocalRank(**fields)),
                    recall.combine)
-
-
-@dataclass
-class Scores:
-    """One profile's figures."""
-
-    recall: dict[int, list[float]] = field(default_factory=dict)
-    latency: list[float] = field(default_factory=list)
-    items: list[int] = field(default_factory=list)
-
-    def add(self, category: int, share: float, seconds: float, items: int) -> None:
-        self.recall.setdefault(category, []).append(share)
-        self.latency.append(seconds)
-        self.items.append(items)
-
-    def mean(self, category: int | None = None) -> float:
-        values = [v for c, vs in self.recall.items() if category in (None, c) for v in vs]
-        return sum(values) / len(values) if values else float("nan")
 
 
 @contextmanager
@@ -152,7 +139,7 @@ def embed_through_workers(config: Config, loader: MemoryClient, timeout: float =
     events back through the inbox and the writer commits them. A burst may end before
     the last jobs are enqueued or their results committed: repeat until none is missing.
     """
-    connection = broker.connect(config.redis_url, client_name="bench-embed")
+    connection = broker.client_for(config, client_name="bench-embed")
     context.install(context.WorkerContext(config, connection))
     deadline = time.monotonic() + timeout
     for attempt in itertools.count():
@@ -181,20 +168,41 @@ def failed_embeddings(client: MemoryClient) -> int:
     return count(client, "embedding_error IS NOT NULL")
 
 
-def clients_for(config: Config, names: list[str], *, baselines: bool, ablations: bool,
-                embedder: Embedder, stack: ExitStack) -> dict[str, MemoryClient]:
+@dataclass(frozen=True)
+class Run:
+    """What to measure: profiles, and whether baselines, ablations and the fold grid."""
+
+    profiles: tuple[str, ...] = ("tri-hybrid", "recall")
+    baselines: bool = True
+    ablations: bool = False
+    folds: bool = False
+    tuned: str = "recall"
+    """The profile whose constants the folds tune (over :data:`folds.GRID_AXES`)."""
+
+    def variants(self, settings: RetrievalConfig) -> dict[str, tuple[RetrievalConfig,
+                                                                    Profile | None]]:
+        """Name -> (settings, a profile object when it is not one of ``PROFILES``)."""
+        found: dict[str, tuple[RetrievalConfig, Profile | None]] = {
+            name: (settings, profile) for name, profile in BASELINES.items() if self.baselines}
+        for name in self.profiles:
+            found[name] = (dataclasses.replace(settings, profile=name), None)
+        if self.ablations:
+            for name, changes in ABLATIONS.items():
+                found[name] = (dataclasses.replace(settings, profile="recall", **changes), None)
+            found["recall, RRF instead of shares"] = (settings, reciprocal_rank(settings))
+        if self.folds:
+            for name, changes in folds.grid().items():
+                tuned = dataclasses.replace(settings, profile=self.tuned, **changes)
+                found[f"{self.tuned} {name}"] = (tuned, None)
+        return found
+
+
+def clients_for(config: Config, run: Run, *, embedder: Embedder,
+                stack: ExitStack) -> dict[str, MemoryClient]:
     """One client per profile, each remembering one query, all sharing one model."""
     settings = dataclasses.replace(config.retrieval, query_cache_size=1)
-    variants: dict[str, tuple[RetrievalConfig, Profile | None]] = {
-        name: (settings, profile) for name, profile in BASELINES.items() if baselines}
-    for name in names:
-        variants[name] = (dataclasses.replace(settings, profile=name), None)
-    if ablations:
-        for name, changes in ABLATIONS.items():
-            variants[name] = (dataclasses.replace(settings, profile="recall", **changes), None)
-        variants["recall, RRF instead of shares"] = (settings, reciprocal_rank(settings))
     clients = {}
-    for name, (retrieval, profile) in variants.items():
+    for name, (retrieval, profile) in run.variants(settings).items():
         client = stack.enter_context(MemoryClient(config=config.replace(retrieval=retrieval)))
         client.query_vectors.embedder = embedder
         if profile is not None:
@@ -204,34 +212,80 @@ def clients_for(config: Config, names: list[str], *, baselines: bool, ablations:
 
 
 def measure(clients: dict[str, MemoryClient], conversations: list[locomo.Conversation],
-            ids: dict[str, str]) -> dict[str, Scores]:
+            ids: dict[str, str], layout: str) -> dict[str, Scores]:
+    """Ask every question of every client, the clients interleaved question by question."""
     scores = {name: Scores() for name in clients}
     for conversation in conversations:
+        asking = conversation.memq_session(None, layout)
         for client in clients.values():  # warm up: model, vector cache, working memory
-            client.get_context(conversation.session_id, "warm up")
+            client.get_context(asking, "warm up", scope=layout)
         for question in conversation.questions:
             wanted = {ids[f"{conversation.session_id}/{e}"] for e in question.evidence}
             for name, client in clients.items():
                 began = time.perf_counter()
-                items = client.get_context(conversation.session_id, question.text)
+                items = client.get_context(asking, question.text, scope=layout)
                 seconds = time.perf_counter() - began
                 found = len(wanted & {item.id for item in items})
-                scores[name].add(question.category, found / len(wanted), seconds, len(items))
+                scores[name].add(Answer(conversation.session_id, question.category,
+                                        found / len(wanted), seconds, len(items)))
     return scores
 
 
-def report(scores: dict[str, Scores], categories: list[int], reference: str) -> None:
+def row(name: str, s: Scores, categories: list[int], base: float) -> str:
+    ms = [v * 1000 for v in s.latency]
+    return (f"{name:<34}" + "".join(f"{s.mean(c):>15.3f}" for c in categories)
+            + f"{s.mean():>8.3f}{s.mean() / base:>10.2f}{sum(s.items) / len(s.items):>7.1f}"
+            + f"{percentile(ms, 50):>8.1f}{percentile(ms, 95):>8.1f}")
+
+
+def header(categories: list[int], reference: str) -> None:
     heads = [f"{c} {locomo.CATEGORIES.get(c, '?')}" for c in categories]
-    print(f"{'profile':<28}" + "".join(f"{h:>15}" for h in heads)
-          + f"{'all':>8}{'x ' + reference:>18}{'items':>7}{'p50 ms':>8}{'p95 ms':>8}")
-    print("(recall: mean over questions of the share of evidence turns returned; "
-          "x: ratio to the first row; items: mean returned; latency of get_context)")
+    print(f"{'profile':<34}" + "".join(f"{h:>15}" for h in heads)
+          + f"{'all':>8}{'x first':>10}{'items':>7}{'p50 ms':>8}{'p95 ms':>8}")
+    print(f"(recall: mean over questions of the share of evidence turns returned; x first: "
+          f"ratio to {reference}; items: mean returned; latency of get_context)")
+
+
+def report(scores: dict[str, Scores], categories: list[int], reference: str) -> None:
+    header(categories, reference)
     base = scores[reference].mean()
     for name, s in scores.items():
+        print(row(name, s, categories, base))
+
+
+def report_folds(scores: dict[str, Scores], conversations: list[str], run: Run,
+                 categories: list[int]) -> dict[str, Scores]:
+    """Each held-out fold: the variant chosen on the other conversations, and the
+    baselines, on the held-out one; then the mean of the folds. Returns the held-out
+    answers of each row, pooled over the folds."""
+    variants = {name: s for name, s in scores.items() if name.startswith(f"{run.tuned} ")}
+    pooled: dict[str, Scores] = {}
+    print(f"\nleave-one-conversation-out: {run.tuned} tuned over "
+          + ", ".join(f"{k} {v}" for k, v in folds.GRID_AXES.items()))
+    for fold in folds.folds(variants, conversations):
+        print(f"\nheld out {fold.held_out} (tuned on {', '.join(fold.training)}): "
+              f"chose {fold.chosen}")
+        rows = {**{n: scores[n] for n in BASELINES if n in scores and "20" in n},
+                f"{run.tuned} (chosen)": variants[fold.chosen]}
+        held = {name: s.within({fold.held_out}) for name, s in rows.items()}
+        header(categories, next(iter(held)))
+        for name, s in held.items():
+            print(row(name, s, categories, next(iter(held.values())).mean()))
+            pooled.setdefault(name, Scores()).answers.extend(s.answers)
+    print("\nmean of the held-out folds (recall per fold, then averaged; latency pooled)")
+    for name, s in pooled.items():
+        means = {c: _fold_mean(s, conversations, c) for c in [*categories, None]}
         ms = [v * 1000 for v in s.latency]
-        print(f"{name:<28}" + "".join(f"{s.mean(c):>15.3f}" for c in categories)
-              + f"{s.mean():>8.3f}{s.mean() / base:>18.2f}{sum(s.items) / len(s.items):>7.1f}"
-              + f"{percentile(ms, 50):>8.1f}{percentile(ms, 95):>8.1f}")
+        print(f"{name:<34}" + "".join(f"{means[c]:>15.3f}" for c in categories)
+              + f"{means[None]:>8.3f}{'':>17}{percentile(ms, 50):>8.1f}"
+              + f"{percentile(ms, 95):>8.1f}")
+    return pooled
+
+
+def _fold_mean(s: Scores, conversations: list[str], category: int | None) -> float:
+    values = [s.within({c}).mean(category) for c in conversations]
+    values = [v for v in values if v == v]  # a fold without the category has no figure
+    return sum(values) / len(values) if values else float("nan")
 
 
 def describe(conversations: list[locomo.Conversation], evidence: locomo.EvidenceReport,
@@ -246,29 +300,77 @@ def describe(conversations: list[locomo.Conversation], evidence: locomo.Evidence
           f"{evidence.unscored} question(s) left without evidence are not scored")
 
 
-def evaluate(data: Path, categories: list[int], profiles: list[str], *,
-             baselines: bool = True, ablations: bool = False) -> dict[str, Scores]:
-    """Load ``data`` into a fresh memq, then measure every profile (and the baselines)."""
-    conversations, evidence = locomo.read(data, categories)
-    describe(conversations, evidence, categories)
-    base = load_config()
-    embedder = embed_job.embedder(base.embed)  # one model: the worker's and the queries'
-    embedder.load()
-    with private_redis() as url, scratch_dir() as tmp, ExitStack() as stack:
-        config = base.replace(redis_url=url, db_path=str(tmp / "memq.db"))
-        stack.enter_context(running_writer(config))
-        loader = stack.enter_context(MemoryClient(config=config))
+def build(config: Config, conversations: list[locomo.Conversation], layout: str) -> dict[str, str]:
+    """Load and embed the conversations into ``config``'s database, through the real
+    writer and embed worker; returns the message ids (see :func:`locomo.load_into`)."""
+    with running_writer(config), MemoryClient(config=config) as loader:
         began = time.perf_counter()
-        ids = locomo.load_into(loader, conversations)
+        ids = locomo.load_into(loader, conversations, layout)
         loaded = time.perf_counter()
         embed_through_workers(config, loader)
         print(f"loaded {len(ids)} messages in {loaded - began:.1f} s, embedded by the embed "
               f"worker in {time.perf_counter() - loaded:.1f} s; {failed_embeddings(loader)} "
               "failed")
-        clients = clients_for(config, profiles, baselines=baselines, ablations=ablations,
-                              embedder=embedder, stack=stack)
-        scores = measure(clients, conversations, ids)
-    report(scores, categories, reference=next(iter(scores)))
+    return ids
+
+
+def prepared(config: Config, data: Path, conversations: list[locomo.Conversation],
+             layout: str, cache: Path | None) -> dict[str, str]:
+    """The loaded database at ``config.db_path``: built there, or copied from ``cache``
+    (built there first when it is not yet), so that repeated runs embed once."""
+    if cache is None:
+        with private_redis() as url:
+            return build(config.replace(redis_url=url), conversations, layout)
+    key = corpus_key(data, layout, config)
+    db, ids_file = cache / f"{key}.db", cache / f"{key}.ids.json"
+    if not ids_file.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        for stale in cache.glob(f"{key}.db*"):
+            stale.unlink()
+        with private_redis() as url:
+            ids = build(config.replace(redis_url=url, db_path=str(db)), conversations, layout)
+        ids_file.write_bytes(orjson.dumps(ids))
+    else:
+        print(f"corpus read from the cache {db}")
+    for suffix in ("", "-wal"):
+        if Path(f"{db}{suffix}").exists():
+            shutil.copyfile(f"{db}{suffix}", f"{config.db_path}{suffix}")
+    loaded: dict[str, str] = orjson.loads(ids_file.read_bytes())
+    return loaded
+
+
+def corpus_key(data: Path, layout: str, config: Config) -> str:
+    """What the cached corpus depends on: the data, the layout, the model, the schema and
+    what the writer and the embed worker store."""
+    digest = hashlib.sha256(data.read_bytes())
+    digest.update(f"{layout}\0{config.embed.model_name}\0{config.embed.max_tokens}".encode())
+    for name in (m.name for m in MIGRATIONS):
+        digest.update(name.encode())
+    return digest.hexdigest()[:16]
+
+
+def evaluate(data: Path, categories: list[int], run: Run, *, layout: str = "session",
+             cache: Path | None = None) -> dict[str, Scores]:
+    """Load ``data`` into a fresh memq, then measure every profile (and the baselines)."""
+    conversations, evidence = locomo.read(data, categories)
+    describe(conversations, evidence, categories)
+    print(f"layout: {layout} (questions asked at {layout} scope)")
+    base = load_config()
+    embedder = embed_job.embedder(base.embed)  # one model: the worker's and the queries'
+    embedder.load()
+    with scratch_dir() as tmp:
+        config = base.replace(db_path=str(tmp / "memq.db"))
+        ids = prepared(config, data, conversations, layout, cache)
+        with private_redis() as url, ExitStack() as stack:
+            config = config.replace(redis_url=url)
+            stack.enter_context(running_writer(config))
+            clients = clients_for(config, run, embedder=embedder, stack=stack)
+            scores = measure(clients, conversations, ids, layout)
+    shown = {name: s for name, s in scores.items()
+             if not run.folds or not name.startswith(f"{run.tuned} ")}
+    report(shown, categories, reference=next(iter(shown)))
+    if run.folds:
+        report_folds(scores, [c.session_id for c in conversations], run, categories)
     return scores
 
 
@@ -279,14 +381,22 @@ def main(argv: list[str] | None = None) -> None:
                         default=[1, 2, 3, 4], help="question categories (default 1,2,3,4)")
     parser.add_argument("--profiles", type=lambda s: s.split(","),
                         default=["tri-hybrid", "recall"], help="profiles to measure")
+    parser.add_argument("--scope", choices=locomo.LAYOUTS, default="session",
+                        help="session: one memq session per conversation; user: one per "
+                             "LoCoMo session under one user, asked at user scope")
+    parser.add_argument("--folds", action="store_true",
+                        help="leave-one-conversation-out tuning of the recall profile")
     parser.add_argument("--ablations", action="store_true",
                         help="also measure variants of the recall profile")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="keep the loaded, embedded corpus in this directory and reuse it")
     args = parser.parse_args(argv)
     try:
         for name in args.profiles:  # an unknown one fails now, not after loading
             profile_for(dataclasses.replace(RetrievalConfig(), profile=name))
-        evaluate(args.data, sorted(set(args.categories)), args.profiles,
-                 ablations=args.ablations)
+        run = Run(tuple(args.profiles), ablations=args.ablations, folds=args.folds)
+        evaluate(args.data, sorted(set(args.categories)), run, layout=args.scope,
+                 cache=args.cache)
     except (locomo.DataError, MemqError) as exc:
         raise SystemExit(f"error: {exc}") from None
 

@@ -1,9 +1,21 @@
 """Settings: ``memq.toml`` (path in ``MEMQ_CONFIG``) overlaid by the environment.
 
 Every key has a default, so an empty file (or none) is a working configuration. Unknown
-sections and keys are an error that names them: a typo must not silently fall back to a
-default. The environment wins over the file for ``MEMQ_REDIS_URL``, ``MEMQ_DB`` and
-``MEMQ_EMBED_MODEL_DIR``.
+sections and keys are an error that names them, and the file: a typo must not silently
+fall back to a default. The environment wins over the file for ``MEMQ_REDIS_URL``,
+``MEMQ_DB``, ``MEMQ_EMBED_MODEL_DIR`` and ``MEMQ_REDIS_SENTINELS`` / ``MEMQ_REDIS_SERVICE`` /
+``MEMQ_REDIS_SENTINEL_PASSWORD`` (``[redis]``); a command's own options win over both.
+
+:func:`load` settles two things once, so every process that loads the same settings
+agrees, wherever it was started from:
+
+* the model directory becomes absolute: a relative ``[embed] model_dir`` is read from the
+  configuration file's directory, a relative default or ``MEMQ_EMBED_MODEL_DIR`` from the
+  working directory;
+* with no Redis URL set anywhere, the Redis of the database's directory is found through
+  the URL files ``memq up`` (or ``memq acl apply``) writes there, one per role with its
+  credentials (``agent.url``, ``worker.url``, ``admin.url``, see :mod:`memq.acl`): the CLI
+  reads the admin's, ``memq worker`` the worker's, ``MemoryClient.from_env()`` the agent's.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from typing import Any, TypeVar
 
 from memq.approvals import normalize_prefix
 from memq.errors import ConfigError, ValidationError
+from memq.redis_config import RedisConfig, redis_env
 from memq.schedule import validate_timezone
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -25,11 +38,20 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_DB_PATH = "data/memq.db"
 """The SQLite file, relative to the working directory."""
 
+MAX_JOB_TIMEOUT_S = 24 * 3600
+"""The longest any memq job may run: a job's own timeout is clamped to it when a worker
+reads the job (:class:`memq.jobs.JSONJob`), and ``[consolidation] job_timeout_s`` may not
+ask for more."""
+
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 """The embedding model every vector in one database comes from."""
 
 DEFAULT_MODEL_DIR = "models/all-MiniLM-L6-v2"
-"""Where ``memq fetch-model`` assembles the model files."""
+"""Where ``memq fetch-model`` assembles the model files (relative: the working directory)."""
+
+ROLE_URL_FILE = "{role}.url"
+"""Each role's Redis URL, credentials included, written (0600) into the data directory by
+``memq up`` and ``memq acl apply``: ``agent.url``, ``worker.url``, ``admin.url``."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +78,23 @@ class ClientConfig:
     refused or dropped Redis connection, with backoff, before raising BrokerError; 0 fails
     at the first refusal."""
 
+    wait_replicas: int = 0
+    """After each send, wait until this many replicas have the entries (Redis WAIT) before
+    returning: 1 makes an acknowledged append survive a Sentinel failover; 0 acknowledges
+    once the master has it (replication is asynchronous: a failover may lose the last ones)."""
+    wait_timeout_s: float = 1.0
+    """How long a send waits for ``wait_replicas``; fewer confirmations in time and the send
+    is made again, until ``retry_for_s`` runs out: then :class:`~memq.errors.BrokerError`
+    (the entries reached the master, they may not survive)."""
+
     def __post_init__(self) -> None:
         if not 0.0 <= self.retry_for_s <= 3600.0:
             raise ConfigError(
                 f"[client] retry_for_s must be between 0 and 3600, got {self.retry_for_s}")
+        _between("client", "wait_replicas", self.wait_replicas, 0, 100)
+        _between("client", "wait_timeout_s", self.wait_timeout_s, 0.001, 3600.0)
+
+
 
 
 @dataclass(frozen=True)
@@ -74,7 +109,7 @@ class MemoryConfig:
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    profile: str = "tri-hybrid"
+    profile: str = "recall"
     recency_limit: int = 10
     importance_threshold: float = 0.8
     importance_limit: int = 5
@@ -86,12 +121,16 @@ class RetrievalConfig:
     vector_cache_max_vectors: int = 200_000
     # The `recall` profile (see producers/fusion.py for what each one means).
     recall_budget: int = 20
-    recall_recency_limit: int = 4
+    recall_recency_limit: int = 2
     recall_importance_limit: int = 2
     recall_candidates: int = 50
     recall_lexical_weight: float = 0.5
     recall_min_z: float = 0.5
     recall_neighbour_share: float = 0.7
+    recall_context_weight: float = 0.5
+    reranker_dir: str = ""
+    """A local cross-encoder (see memq/reranker.py); empty: none (the default)."""
+    reranker_candidates: int = 40
 
     def __post_init__(self) -> None:
         for key in ("recency_limit", "importance_limit", "semantic_limit",
@@ -102,11 +141,20 @@ class RetrievalConfig:
         _between("retrieval", "recall_lexical_weight", self.recall_lexical_weight, 0.0, 1.0)
         _between("retrieval", "recall_neighbour_share", self.recall_neighbour_share, 0.0, 1.0)
         _between("retrieval", "recall_min_z", self.recall_min_z, -10.0, 10.0)
+        _between("retrieval", "recall_context_weight", self.recall_context_weight, 0.0, 1.0)
+        _at_least("retrieval", "reranker_candidates", self.reranker_candidates, 1)
         _at_least("retrieval", "facts_limit", self.facts_limit, 1)
         _at_least("retrieval", "query_cache_size", self.query_cache_size, 1)
         _at_least("retrieval", "vector_cache_max_vectors", self.vector_cache_max_vectors, 1)
         _between("retrieval", "importance_threshold", self.importance_threshold, 0.0, 1.0)
         _between("retrieval", "semantic_threshold", self.semantic_threshold, -1.0, 1.0)
+
+
+DEFAULT_MAX_TOKENS = 256
+"""Word pieces of a text the model reads, [CLS] and [SEP] included: the limit
+sentence-transformers sets for all-MiniLM-L6-v2 (``max_seq_length``; its sentence training
+saw at most 128). The rest of a longer text is not embedded (its words stay searchable by
+the lexical index)."""
 
 
 @dataclass(frozen=True)
@@ -115,13 +163,27 @@ class EmbedConfig:
     model_dir: str = DEFAULT_MODEL_DIR
     dim: int = 384
     batch_size: int = 64
+    """At most this many texts per model batch."""
+    batch_tokens: int = 256
+    """At most this many tokens per model batch, padding included (a longer text alone).
+    Measured with one thread on the agent mix: 128-384 equally fast, 2048 a fifth slower
+    (large batches of long texts leave the CPU's caches)."""
+    max_tokens: int = DEFAULT_MAX_TOKENS
     threads: int = 1
+    """onnxruntime threads per worker process (and the tokenizer runs on one when it is 1)."""
+    workers: int = 0
+    """Embed workers ``memq up`` starts; 0 means one per core left after the writer."""
     max_retries: int = 3
     retry_backoff_s: float = 0.5
     job_batch_size: int = 64
 
     def __post_init__(self) -> None:
         _at_least("embed", "job_batch_size", self.job_batch_size, 1)
+        _at_least("embed", "batch_size", self.batch_size, 1)
+        _at_least("embed", "batch_tokens", self.batch_tokens, 1)
+        _at_least("embed", "max_tokens", self.max_tokens, 2)  # [CLS] and [SEP]
+        _at_least("embed", "threads", self.threads, 1)
+        _at_least("embed", "workers", self.workers, 0)
         if self.max_retries < 0 or self.retry_backoff_s < 0:
             raise ConfigError("[embed] max_retries and retry_backoff_s must not be negative")
 
@@ -152,7 +214,7 @@ class ConsolidationConfig:
             "min_chunk_chars": self.min_chunk_chars >= 0,
             "max_chunks_per_pass": self.max_chunks_per_pass >= 1,
             "target_ratio": 0.0 < self.target_ratio < 1.0,
-            "job_timeout_s": self.job_timeout_s >= 1,
+            "job_timeout_s": 1 <= self.job_timeout_s <= MAX_JOB_TIMEOUT_S,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -216,8 +278,63 @@ class OpsConfig:
     drain_timeout_s: float = 10.0
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 9181
+    dashboard_allowed_hosts: tuple[str, ...] = ()
+    """Host names the dashboard answers to, besides its address and the loopback names."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9464
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """How long messages, and the records of forgotten data, stay (``[retention]``);
+    0 keeps them for good."""
+
+    messages_days: float = 0.0
+    """After this many days (by ``created_at``), a message is erased as a forget erases it;
+    summaries are kept. Must exceed ``[consolidation] min_age_hours`` (in days), so a
+    summary can be made first."""
+    forgotten_days: float = 0.0
+    """After this many days, a forget's own traces go: the event that asked for it (it
+    names the session or the user), its tombstones, the ids of the messages it erased and
+    its record in ``erasures``. A single message's forget keeps them, as retention does
+    (a rebuild needs them). 0: kept for good."""
+    interval_hours: float = 1.0
+    """How often the writer looks for records past their time."""
+
+    def __post_init__(self) -> None:
+        days_ok = all(0.0 <= d <= 365_000 for d in (self.messages_days, self.forgotten_days))
+        if not (days_ok and 0.0 < self.interval_hours <= 8760):
+            raise ConfigError(
+                f"[retention] value(s) out of range: messages_days = {self.messages_days!r}, "
+                f"forgotten_days = {self.forgotten_days!r} (0 or more), interval_hours = "
+                f"{self.interval_hours!r} (over 0, at most 8760)")
+
+
+@dataclass(frozen=True)
+class ReplicationConfig:
+    """Litestream's replica of the database (memq/replication.py); none when ``url`` is empty."""
+
+    url: str = ""
+    """``file:///dir`` or an S3-compatible URL (``s3://bucket/path``)."""
+    sync_interval_s: float = 1.0
+    """How often Litestream ships new WAL pages: the most a lost disk can take."""
+    keep_inbox_s: float = 600.0
+    """With a replica, how long the writer keeps acknowledged inbox entries (trimmed by
+    age): a database restored from a replica this far behind re-applies what it missed."""
+
+    def __post_init__(self) -> None:
+        _between("replication", "sync_interval_s", self.sync_interval_s, 0.1, 3600.0)
+        _between("replication", "keep_inbox_s", self.keep_inbox_s, 0.0, 7 * 24 * 3600.0)
+        if self.url and self.keep_inbox_s < 10 * self.sync_interval_s:
+            raise ConfigError(
+                f"[replication] keep_inbox_s ({self.keep_inbox_s:g}) must be at least ten "
+                f"sync intervals ({10 * self.sync_interval_s:g} s): the inbox must outlast "
+                "the replica's lag")
+
+    @property
+    def inbox_retention_s(self) -> float:
+        """How long acknowledged inbox entries stay: only a replica needs them."""
+        return self.keep_inbox_s if self.url else 0.0
 
 
 @dataclass(frozen=True)
@@ -236,6 +353,17 @@ class Config:
     ops: OpsConfig = field(default_factory=OpsConfig)
     macros: MacrosConfig = field(default_factory=MacrosConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)
+
+    def __post_init__(self) -> None:
+        days = self.retention.messages_days
+        if days and days * 24 <= self.consolidation.min_age_hours:
+            raise ConfigError(
+                f"[retention] messages_days = {days:g} erases messages before consolidation "
+                f"may summarise them ([consolidation] min_age_hours = "
+                f"{self.consolidation.min_age_hours:g}): give more days, or fewer hours")
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -356,6 +484,9 @@ _SECTIONS: dict[str, type[Any]] = {
     "ops": OpsConfig,
     "macros": MacrosConfig,
     "client": ClientConfig,
+    "replication": ReplicationConfig,
+    "retention": RetentionConfig,
+    "redis": RedisConfig,
 }
 
 
@@ -364,7 +495,7 @@ def from_mapping(data: dict[str, Any]) -> Config:
     top = {k: v for k, v in data.items() if k not in _SECTIONS}
     unknown = sorted(set(top) - {"redis_url", "db_path"})
     if unknown:
-        raise ConfigError(f"unknown top-level key(s) in memq.toml: {', '.join(unknown)}")
+        raise ConfigError(f"unknown top-level key(s): {', '.join(unknown)}")
     values: dict[str, Any] = {
         k: _coerce("top", k, v, getattr(Config, k)) for k, v in top.items()
     }
@@ -374,17 +505,51 @@ def from_mapping(data: dict[str, Any]) -> Config:
     return Config(**values)
 
 
-def load(path: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None) -> Config:
-    """Read the configuration file (if any), then apply the environment on top."""
+def load(
+    path: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    *,
+    db_path: str | None = None,
+    redis_url: str | None = None,
+    discover_redis: bool = True,
+    role: str = "admin",
+) -> Config:
+    """Read the configuration file (if any), apply the environment, then the explicit
+    ``db_path`` / ``redis_url`` (a command's options); see the module for what is settled.
+    ``role`` is whose URL file is read when no Redis URL is set (agent, worker, admin)."""
     env = dict(os.environ) if env is None else env
-    path = path or env.get("MEMQ_CONFIG")
-    data: dict[str, Any] = {}
-    if path:
-        data = _read_toml(Path(path))
-    elif Path("memq.toml").is_file():
-        data = _read_toml(Path("memq.toml"))
-    config = from_mapping(data)
-    return apply_env(config, env)
+    path = path or env.get("MEMQ_CONFIG") or ("memq.toml" if Path("memq.toml").is_file() else None)
+    data = _read_toml(Path(path)) if path else {}
+    try:
+        config = from_mapping(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{Path(path).resolve() if path else 'memq.toml'}: {exc}") from None
+    config = apply_env(config, env)
+    config = config.replace(db_path=db_path or config.db_path,
+                            redis_url=redis_url or config.redis_url)
+    config = _absolute_model_dir(config, Path(path).resolve().parent if path else None,
+                                 from_file="model_dir" in data.get("embed", {})
+                                 and not env.get("MEMQ_EMBED_MODEL_DIR"))
+    configured = redis_url or env.get("MEMQ_REDIS_URL") or "redis_url" in data
+    if discover_redis and not configured:
+        found = private_redis_url(config.db_path, role)
+        config = config.replace(redis_url=found or config.redis_url)
+    return config
+
+
+def _absolute_model_dir(config: Config, file_dir: Path | None, *, from_file: bool) -> Config:
+    base = file_dir if from_file and file_dir is not None else Path.cwd()
+    model_dir = os.path.abspath(base / config.embed.model_dir)  # keeps symlinked paths
+    return config.replace(embed=dataclasses.replace(config.embed, model_dir=model_dir))
+
+
+def private_redis_url(db_path: str | os.PathLike[str], role: str = "admin") -> str | None:
+    """``role``'s URL to the Redis of ``db_path``'s directory, if one was written there."""
+    try:
+        url_file = Path(db_path).resolve().parent / ROLE_URL_FILE.format(role=role)
+        return url_file.read_text().strip() or None
+    except (OSError, ValueError, UnicodeDecodeError):  # none there, or a path refused later
+        return None
 
 
 def apply_env(config: Config, env: dict[str, str]) -> Config:
@@ -395,7 +560,12 @@ def apply_env(config: Config, env: dict[str, str]) -> Config:
         changes["db_path"] = env["MEMQ_DB"]
     if env.get("MEMQ_EMBED_MODEL_DIR"):
         changes["embed"] = dataclasses.replace(config.embed, model_dir=env["MEMQ_EMBED_MODEL_DIR"])
+    redis_changes = {key: value for key, value in redis_env(env).items() if value}
+    if redis_changes:
+        changes["redis"] = dataclasses.replace(config.redis, **redis_changes)
     return config.replace(**changes)
+
+
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -410,3 +580,5 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: it is not UTF-8 text ({exc})") from exc
+    except ValueError as exc:  # tomllib's int(): a number past Python's 4,300-digit limit
+        raise ConfigError(f"{path} holds a number too long to read: {exc}") from exc

@@ -9,18 +9,32 @@ errors are translated into it once, at the boundary, with ``raise ... from``::
     │   ├── InvalidEvent         an event that cannot be applied (reason is kept)
     │   └── ScheduleError        a schedule text that cannot be parsed
     ├── NotFound                 a task, macro, rejected event... that does not exist
+    ├── PermissionDenied         the role this process runs as may not do that
+    ├── AuthenticationFailed     no bearer token, or one `memq serve` did not issue
     ├── StoreError               the database cannot be read or written
     │   ├── WriterAlreadyRunning another writer owns the database
     │   └── MigrationError       the schema cannot be brought up to date
-    ├── BrokerError              Redis cannot be reached or answered an error
+    ├── WriterFailed             a thread of the writer died: the writer stops (and says so)
+    ├── BrokerError              Redis (or memq serve) cannot be reached or answered an error
     ├── FlushTimeout             the writer did not commit in time
+    ├── EventsRejected           the writer rejected events a client sent (flush says which)
+    ├── DatabaseMismatch         Redis belongs to another database than this process's
     ├── ModelError               the embedding model files are missing or corrupt
     └── SummariserError          no usable summary: the messages stay unconsolidated
 
-The CLI turns a ``MemqError`` into its one-line message and exit code 1.
+The CLI turns a ``MemqError`` into its one-line message and its ``exit_code``: 2 for a
+``ValidationError`` (the command line asked for something memq refuses: a bad schedule,
+id or option combination -- a usage error, as argparse's own), 1 for everything else,
+an ``InvalidEvent`` included (a stored or queued event is not the command line's fault).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memq.rejections import Rejection
 
 
 class MemqError(Exception):
@@ -36,9 +50,13 @@ class ConfigError(MemqError):
 class ValidationError(MemqError, ValueError):
     """An argument is not acceptable; nothing was sent or stored."""
 
+    exit_code = 2
+
 
 class InvalidEvent(ValidationError):
     """An event does not match the vocabulary: bad shape, unknown type or version."""
+
+    exit_code = 1
 
 
 class ScheduleError(ValidationError):
@@ -47,6 +65,16 @@ class ScheduleError(ValidationError):
 
 class NotFound(MemqError, LookupError):
     """The thing named does not exist."""
+
+
+class PermissionDenied(MemqError, PermissionError):
+    """The role these credentials hold (agent, worker) may not do that: an admin operation
+    asked of an agent, or a command Redis refused with NOPERM. Nothing was sent."""
+
+
+class AuthenticationFailed(MemqError):
+    """An HTTP request to ``memq serve`` carried no bearer token, or not one of the server's
+    (``agent.token`` / ``admin.token``); HTTP 401."""
 
 
 class StoreError(MemqError):
@@ -61,12 +89,39 @@ class MigrationError(StoreError):
     """The schema cannot be brought up to date."""
 
 
+class WriterFailed(MemqError):
+    """One of the writer's threads died of a bug; the whole writer stops rather than keep a
+    heartbeat that claims it works, so that ``memq status`` and its supervisor see it."""
+
+
 class BrokerError(MemqError):
-    """Redis cannot be reached, or it refused a command."""
+    """Redis cannot be reached, or it refused a command (for a remote client: ``memq serve``
+    cannot be reached)."""
 
 
 class FlushTimeout(MemqError, TimeoutError):
     """The writer did not commit everything in the time given."""
+
+
+class Busy(MemqError):
+    """The server already holds as many waits (flushes) as it allows; try again shortly."""
+
+
+class EventsRejected(MemqError):
+    """The writer set aside events this client sent; ``rejections`` says which and why.
+
+    They are in ``memq rejected list`` too, where an operator can fix and replay them.
+    """
+
+    def __init__(self, message: str, rejections: Sequence[Rejection] = ()) -> None:
+        super().__init__(message)
+        self.rejections: tuple[Rejection, ...] = tuple(rejections)
+
+
+class DatabaseMismatch(MemqError):
+    """This Redis keyspace belongs to another database than the one this process uses: a
+    writer would split the data between two databases, a client would never read back
+    what it sends. The message names both."""
 
 
 class ModelError(MemqError):

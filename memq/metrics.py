@@ -11,7 +11,7 @@ Metric names (every one starts with ``memq_``):
 ==========================================  =========  ====================================
 name                                        type       what
 ==========================================  =========  ====================================
-memq_inbox_entries                          gauge      entries in ``memq:inbox``
+memq_inbox_entries                          gauge      entries in the inbox streams
 memq_inbox_lag_entries                      gauge      entries the writer has not read yet
 memq_inbox_pending_entries                  gauge      read by the writer, not committed
 memq_inbox_oldest_age_seconds               gauge      age of the oldest entry (writer lag)
@@ -25,13 +25,15 @@ memq_writer_apply_seconds                   histogram  time to apply and commit 
 memq_queue_jobs{queue,state}                gauge      RQ jobs by state
 memq_workers{queue}                         gauge      RQ workers serving each queue
 memq_messages{state}                        gauge      embedded / pending / failed / empty
+memq_embedding_oldest_pending_age_seconds   gauge      oldest message waiting for a vector
 memq_rejected_events                        gauge      rejected events not yet replayed
 memq_sessions                               gauge      sessions with at least one message
 memq_database_bytes{file}                   gauge      size of the database and of its WAL
 memq_collect_ok{source}                     gauge      1 if redis / database could be read
 ==========================================  =========  ====================================
 
-Embedding throughput is ``rate(memq_writer_events_applied_total{type="message.embedded"}[1m])``.
+Embedding throughput is ``rate(memq_writer_events_applied_total{type="message.embedded"}[1m])``;
+an alert on embedding falling behind: ``memq_embedding_oldest_pending_age_seconds > 300``.
 """
 
 from __future__ import annotations

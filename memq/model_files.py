@@ -55,16 +55,29 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def missing(model_dir: str | Path) -> list[str]:
+    """The model files absent from ``model_dir`` (cheap: nothing is read)."""
+    return [name for name in FILES if not (Path(model_dir) / name).is_file()]
+
+
+def check_present(model_dir: str | Path) -> None:
+    """Raise :class:`ModelError` naming the directory and every missing file, and the fix."""
+    absent = missing(model_dir)
+    if absent:
+        where = Path(model_dir).absolute()
+        raise ModelError(
+            f"embedding model files missing in {where}: {', '.join(absent)} (run `memq "
+            f"fetch-model --model-dir {where}`, or point [embed] model_dir or "
+            "MEMQ_EMBED_MODEL_DIR at the files)"
+        )
+
+
 def verify(model_dir: str | Path) -> Path:
     """Check that every file is present with its checksum; return the directory."""
+    check_present(model_dir)
     model_dir = Path(model_dir)
     for name, (_, expected) in FILES.items():
         path = model_dir / name
-        if not path.is_file():
-            raise ModelError(
-                f"embedding model file missing: {path} (run `memq fetch-model` or set "
-                "MEMQ_EMBED_MODEL_DIR)"
-            )
         if sha256(path) != expected:
             raise ModelError(f"embedding model file {path} does not match its sha256 checksum")
     return model_dir

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 INBOX_STREAM = "memq:inbox"
-"""Every event travels through this stream to the writer."""
+"""The agents' inbox: what ``MemoryClient`` sends (as the agent role) travels here."""
+
+WORKER_INBOX_STREAM = "memq:inbox:worker"
+"""The workers' inbox: embeddings, summaries, task runs (as the worker role)."""
+
+ADMIN_INBOX_STREAM = "memq:inbox:admin"
+"""The person's inbox: the CLI, the scheduler, and any client with full rights."""
+
+INBOX_STREAMS = (INBOX_STREAM, WORKER_INBOX_STREAM, ADMIN_INBOX_STREAM)
+"""Every event travels through one of these to the writer; which one says who sent it
+(:mod:`memq.authority` decides what each may carry)."""
 
 WRITER_GROUP = "memq-writer"
 """The consumer group of the single writer; entries stay pending until committed."""
@@ -17,8 +27,36 @@ EVENT_FIELD = b"event"
 REPLAY_FIELD = b"replay_of"
 """Set on entries re-sent by ``memq rejected replay``: the rejected row they come from."""
 
+SENDER_FIELD = b"sender"
+"""Set by a client on each entry it sends: its sender id (:mod:`memq.rejections`), under
+which the writer reports the entries it rejects, so the client's ``flush`` can raise them."""
+
+INBOX_FIELDS = frozenset({EVENT_FIELD, REPLAY_FIELD, SENDER_FIELD})
+"""Every field an inbox entry may carry; an entry with another is set aside."""
+
 COMMITTED_KEY = "memq:committed"
-"""The id of the last inbox entry the writer committed; ``flush`` waits on it."""
+"""The id of the last ``memq:inbox`` entry the writer committed; ``flush`` waits on it."""
+
+COMMITTED_KEYS = {
+    INBOX_STREAM: COMMITTED_KEY,
+    WORKER_INBOX_STREAM: "memq:committed:worker",
+    ADMIN_INBOX_STREAM: "memq:committed:admin",
+}
+"""Per inbox stream, the id of its last entry the writer committed (stream ids are only
+comparable within one stream)."""
+
+REJECTIONS_PREFIX = "memq:rejections:"
+"""+ a sender id: a stream of the rejections of that sender's entries, for its ``flush``
+(capped, and expiring a week after the last one: see :mod:`memq.rejections`)."""
+
+
+def rejections_key(sender: str) -> str:
+    return f"{REJECTIONS_PREFIX}{sender}"
+
+
+DATABASE_KEY = "memq:database"
+"""Which database this Redis keyspace's inbox belongs to (JSON: its id, path, host, when
+claimed): claimed by the first writer, checked by every other writer and by clients."""
 
 WRITER_HEARTBEAT_KEY = "memq:writer:heartbeat"
 """Refreshed by the writer after each batch; ``status`` reads it."""
@@ -56,5 +94,19 @@ def task_job_id(task_id: str, slot: int) -> str:
 def task_fired_key(task_id: str, slot: int) -> str:
     return f"{TASK_FIRED_PREFIX}{task_id}:{slot}"
 
+
+TASK_RUN_PREFIX = "memq:task-run:"
+"""``memq:task-run:<task id>:<unix seconds>``: set by the writer when it registers a run,
+holding the digest of the task's committed state; a run job without it is not memq's."""
+
+
+def task_run_key(task_id: str, slot: int) -> str:
+    return f"{TASK_RUN_PREFIX}{task_id}:{slot}"
+
+
 CONSOLIDATION_PLANNED_PREFIX = "memq:consolidation:planned:"
 """+ a request's event id: set once the writer has planned that pass (``--wait`` reads it)."""
+
+ERASED_PREFIX = "memq:erased:"
+"""+ a forget's event id: set once the writer has finished it (the WAL truncated, the RQ jobs
+that carried the text deleted), with what was erased (``memq forget`` waits for it)."""

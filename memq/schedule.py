@@ -99,11 +99,16 @@ def parse_schedule(text: str, *, now: datetime, tz: str = "UTC") -> ParsedSchedu
     cron = _parse_recurring(norm)
     if cron is not None:
         return ParsedSchedule(cron, False, None)
-    run_at = _parse_relative(norm, now, zone) or _parse_dated(norm, now, zone)
-    if run_at is None:
-        raise ScheduleError(f"cannot understand schedule {text!r}; try e.g. "
-                            + "; ".join(repr(e) for e in EXAMPLES))
-    local = run_at.astimezone(zone)
+    try:
+        run_at = _parse_relative(norm, now, zone) or _parse_dated(norm, now, zone)
+        if run_at is None:
+            raise ScheduleError(f"cannot understand schedule {text!r}; try e.g. "
+                                + "; ".join(repr(e) for e in EXAMPLES))
+        local = run_at.astimezone(zone)
+    except OverflowError:
+        # "in 99999999999999 minutes", or a date near year 9999 in a far-off zone: an
+        # instant that a datetime (years 1-9999) cannot hold, here or in UTC.
+        raise ScheduleError(f"{text!r} is beyond the year 9999 in {tz}") from None
     return ParsedSchedule(f"{local.minute} {local.hour} {local.day} {local.month} *",
                           True, run_at)
 

@@ -16,8 +16,15 @@ default threshold (0.5). k is fixed rather than the number of successors seen, s
 row is an independent yes/no estimate that does not jump when a new successor first
 appears. B's arguments are kept as a template: a string equal to one of A's string
 values becomes a reference ``${key}`` to it (``read_file(path)`` → ``edit_file(path)``
-suggests the path just read), long text becomes ``<text>``, other values stay as they
-were; ``next_args`` is the template seen most often after A (ties: the latest).
+suggests the path just read), and every other value is kept only by its shape, as in a
+pattern (``x = 1`` is ``x = <num>``, a path ``<path>``, long text ``<text>``);
+``next_args`` is the template seen most often after A (ties: the latest).
+
+Macros are shared by every session, so a template never holds another session's values:
+only references (filled from the caller's own arguments when suggested), placeholders and
+command words. Secret-looking values (:mod:`memq.sensitive`: by the argument's name or by
+the value's shape) become ``<secret>`` in patterns and templates alike, and
+:func:`shrink_args` replaces them before a call is even recorded.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+
+from memq.sensitive import SECRET, looks_secret, secret_name, secret_text, secret_word
 
 ANY_ARGS = "*"
 """The pattern of the tool-level row, which matches a call whatever its arguments."""
@@ -50,6 +59,9 @@ _HEX = re.compile(r"(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}")
 _FILE_NAME = re.compile(r"[\w.-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}|\.[A-Za-z][\w.-]*")
 _TOKEN = re.compile(r"""(?:[^\s'"]+|'[^']*'|"(?:[^"\\]|\\.)*")+""")
 _REFERENCE = re.compile(r"\$\{([^{}]+)\}")
+_AUTH_SCHEMES = frozenset({"bearer", "basic", "token", "digest"})
+_USER_FLAGS = frozenset({"-u", "--user", "--proxy-user"})
+"""curl and alike take ``user:password`` after these."""
 
 
 def confidence(transitions: int, trigger_transitions: int) -> float:
@@ -59,7 +71,7 @@ def confidence(transitions: int, trigger_transitions: int) -> float:
 
 def args_pattern(args: Mapping[str, Any]) -> str:
     """The canonical pattern of a call's arguments (JSON, keys sorted)."""
-    return _canonical(_generalise(dict(args), 0))
+    return _canonical(_generalise(dict(args), 0, None))
 
 
 def generalise_text(text: str) -> str:
@@ -68,20 +80,35 @@ def generalise_text(text: str) -> str:
         return "<text>"
     tokens = _tokens(text)
     if tokens is None:
-        return "<text>"  # an unbalanced quote: free text, not a command line
-    return " ".join(_token_pattern(token) for token in tokens)
+        return SECRET if secret_text(text) else "<text>"  # free text, not a command line
+    befores = ["", *tokens][: len(tokens)]
+    pattern = " ".join(_token_pattern(t, b) for b, t in zip(befores, tokens, strict=True))
+    # A credential spread over the words in a way the rules above did not see.
+    return SECRET if secret_text(pattern) else pattern
 
 
 def shrink_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    """``args`` with long strings replaced by ``<text>``: all that learning needs of them."""
-    return dict(_shrink(dict(args), 0))
+    """``args`` as learning needs them: long strings as ``<text>``, secret-looking values
+    as ``<secret>`` (so a credential is never recorded)."""
+    return dict(_shrink(dict(args), 0, None))
+
+
+def scrub_template(template: str) -> str:
+    """A template from elsewhere (the legacy upgrade) with its secret-looking values
+    replaced by ``<secret>``; the rest as it was."""
+    try:
+        value = orjson.loads(template)
+    except orjson.JSONDecodeError:
+        return SECRET if secret_text(template) else template
+    scrubbed = _scrub(value, 0, None)
+    return template if scrubbed == value else _canonical(scrubbed)
 
 
 def next_args_template(next_args: Mapping[str, Any], trigger_args: Mapping[str, Any]) -> str:
     """B's arguments as a template relative to A's (canonical JSON)."""
     references: dict[str, str] = {}
     _collect_strings(dict(trigger_args), "", references, 0)
-    return _canonical(_template(dict(next_args), references, 0))
+    return _canonical(_template(dict(next_args), references, 0, None))
 
 
 def fill_template(template: str, args: Mapping[str, Any]) -> Any:
@@ -92,17 +119,23 @@ def fill_template(template: str, args: Mapping[str, Any]) -> Any:
 # -- patterns -----------------------------------------------------------------------------
 
 
-def _generalise(value: Any, depth: int) -> Any:
+def _generalise(value: Any, depth: int, name: str | None) -> Any:
+    """``value`` by its shape; ``name`` is the argument it sits under (a list's, inside one)."""
     if depth > MAX_DEPTH:
         return "<deep>"
     if isinstance(value, dict):
-        return {str(k): _generalise(v, depth + 1) for k, v in value.items()}
+        return {str(k): _generalise(v, depth + 1, str(k)) for k, v in value.items()}
     if isinstance(value, list):
-        items = [_generalise(v, depth + 1) for v in value]
+        items = [SECRET if secret else _generalise(v, depth + 1, name)
+                 for v, secret in _list_items(value)]
         # Lists of like things (file names, ids) match whatever their length.
         return items[:1] if items and all(i == items[0] for i in items) else items
     if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str) and len(value) > LONG_TEXT:
+        return "<text>"  # kept by its length only, so what it holds does not matter
+    if looks_secret(value, name):
+        return SECRET
     if isinstance(value, (int, float)):
         return "<num>"
     if isinstance(value, str):
@@ -120,16 +153,31 @@ def _tokens(text: str) -> list[str] | None:
     return None if text[end:].strip() else tokens
 
 
-def _token_pattern(token: str) -> str:
+def _token_pattern(token: str, before: str) -> str:
+    """One word's shape; ``before`` is the word before it (``--password x``, ``Bearer x``)."""
+    if _secret_after(before, token):
+        return SECRET
     if token.startswith("-") and "=" in token:
         name, value = token.split("=", 1)
-        return f"{name}={_token_pattern(value)}" if value else token
+        if not value:
+            return token
+        return f"{name}={SECRET if secret_name(name) else _token_pattern(value, '')}"
     if "'" in token or '"' in token:
         return "<str>"
     return _classify(token)
 
 
+def _secret_after(before: str, word: str) -> bool:
+    """Whether ``word`` is a secret because of the word before it: an auth scheme
+    (``Bearer x``), a secret-named flag (``--token x``), a user flag (``-u me:pw``)."""
+    if before.lower() in _AUTH_SCHEMES or (before.startswith("-") and secret_name(before)):
+        return True
+    return before in _USER_FLAGS and ":" in word
+
+
 def _classify(token: str) -> str:
+    if secret_word(token) or secret_text(token):
+        return SECRET
     if _UUID.fullmatch(token):
         return "<uuid>"
     if _URL.fullmatch(token):
@@ -145,6 +193,13 @@ def _classify(token: str) -> str:
     return token
 
 
+def _list_items(items: list[Any]) -> list[tuple[Any, bool]]:
+    """Each item, and whether the item before it makes it a secret (``["--token", x]``)."""
+    befores = ["", *items][: len(items)]
+    return [(item, isinstance(before, str) and isinstance(item, str)
+             and _secret_after(before, item)) for before, item in zip(befores, items, strict=True)]
+
+
 def _canonical(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
@@ -152,16 +207,38 @@ def _canonical(value: Any) -> str:
 # -- next-argument templates -------------------------------------------------------------
 
 
-def _shrink(value: Any, depth: int) -> Any:
+def _shrink(value: Any, depth: int, name: str | None) -> Any:
     if depth > MAX_DEPTH:
         return "<deep>"
     if isinstance(value, dict):
-        return {k: _shrink(v, depth + 1) for k, v in value.items()}
+        return {k: _shrink(v, depth + 1, str(k)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_shrink(v, depth + 1) for v in value]
+        return [SECRET if secret else _shrink(v, depth + 1, name)
+                for v, secret in _list_items(value)]
     if isinstance(value, str) and len(value) > LONG_TEXT:
-        return "<text>"
+        return "<text>"  # kept by its length only, so what it holds does not matter
+    if _holds_secret(value, name):
+        return SECRET
     return value
+
+
+def _scrub(value: Any, depth: int, name: str | None) -> Any:
+    if depth > MAX_DEPTH:
+        return value
+    if isinstance(value, dict):
+        return {k: _scrub(v, depth + 1, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [SECRET if secret else _scrub(v, depth + 1, name)
+                for v, secret in _list_items(value)]
+    return SECRET if _holds_secret(value, name) else value
+
+
+def _holds_secret(value: Any, name: str | None) -> bool:
+    """A value kept whole must hold no secret: by itself, or in one of its words (the
+    pattern of ``curl -u me:pw url`` knows that ``me:pw`` is one)."""
+    if looks_secret(value, name):
+        return True
+    return isinstance(value, str) and SECRET in generalise_text(value)
 
 
 def _collect_strings(value: Any, path: str, out: dict[str, str], depth: int) -> None:
@@ -177,18 +254,19 @@ def _collect_strings(value: Any, path: str, out: dict[str, str], depth: int) -> 
         out.setdefault(value, path)  # the first path in key order, for determinism
 
 
-def _template(value: Any, references: Mapping[str, str], depth: int) -> Any:
+def _template(value: Any, references: Mapping[str, str], depth: int, name: str | None) -> Any:
+    """B's ``value``: a reference to A's equal string, else its shape (never the value)."""
     if depth > MAX_DEPTH:
         return "<deep>"
     if isinstance(value, dict):
-        return {k: _template(v, references, depth + 1) for k, v in value.items()}
+        return {k: _template(v, references, depth + 1, str(k)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_template(v, references, depth + 1) for v in value]
-    if isinstance(value, str):
-        if value in references:
-            return "${" + references[value] + "}"
-        return "<text>" if len(value) > LONG_TEXT else value
-    return value
+        return [SECRET if secret and v not in references else _template(v, references,
+                                                                         depth + 1, name)
+                for v, secret in _list_items(value)]
+    if isinstance(value, str) and value in references:
+        return "${" + references[value] + "}"
+    return _generalise(value, depth, name)
 
 
 def _fill(value: Any, args: Mapping[str, Any], depth: int) -> Any:

@@ -7,38 +7,39 @@ sent, so a bad call raises :class:`~memq.errors.ValidationError` and sends nothi
 
 from __future__ import annotations
 
-import math
+import copy
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from memq import broker
-from memq import config as config_module
-from memq.clock import normalize_rfc3339, now_rfc3339, uuid7
+from memq.authority import Role
 from memq.config import Config
-from memq.errors import ValidationError
-from memq.events import ROLES, Event, EventType, check_identifier, check_payload
-from producers.context import ContextMixin
-from producers.facts import FactsMixin
-from producers.macros import MacrosMixin
-from producers.messages import MESSAGE_COLUMNS, Message, message_from_row
-from producers.outbox import Outbox
-from producers.prefixes import PrefixesMixin
-from producers.tasks import TasksMixin
-from store.reader import ReadPool
+from memq.errors import EventsRejected
+from memq.producers.context import ContextMixin
+from memq.producers.documents import DocumentsMixin
+from memq.producers.facts import FactsMixin
+from memq.producers.identity import DatabaseCheck
+from memq.producers.macros import MacrosMixin
+from memq.producers.mixin import settings, settings_of_role
+from memq.producers.outbox import Outbox
+from memq.producers.pending import PendingWrites
+from memq.producers.prefixes import PrefixesMixin
+from memq.producers.sessions import SessionsMixin
+from memq.producers.tasks import TasksMixin
+from memq.producers.turns import DEFAULT_IMPORTANCE, TurnsOps, default_importance
+from memq.store.read.messages import Message
+from memq.store.read.pool import ReadPool
 
-# Message and its row helpers moved to producers.messages; still importable from here.
-__all__ = ["DEFAULT_IMPORTANCE", "MESSAGE_COLUMNS", "MemoryClient", "Message", "message_from_row"]
-
-DEFAULT_IMPORTANCE = {"user": 0.5, "assistant": 0.5, "tool": 0.3, "system": 0.1}
-"""Importance of a message whose caller does not set one, by role."""
+__all__ = ["DEFAULT_IMPORTANCE", "MemoryClient", "default_importance"]
 
 
-class MemoryClient(ContextMixin, FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin):
+class MemoryClient(
+    TurnsOps, ContextMixin, SessionsMixin, FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin,
+    DocumentsMixin,
+):
     """One agent process's handle on memq. Thread-safe for reads; use one per thread to write."""
 
     def __init__(
@@ -48,23 +49,28 @@ class MemoryClient(ContextMixin, FactsMixin, MacrosMixin, PrefixesMixin, TasksMi
         *,
         config: Config | None = None,
     ) -> None:
-        base = config or config_module.load()
-        self.config = base.replace(
-            redis_url=redis_url or base.redis_url, db_path=str(db_path or base.db_path)
-        )
+        self.config = settings(redis_url, db_path, config)
         # One immediate retry (a pooled connection that Redis closed); the outbox does the
         # bounded, backed-off retrying of a restart.
-        self.redis = broker.connect(self.config.redis_url, retries=1)
-        self.outbox = Outbox(self.redis, self.config.redis_url,
-                             retry_for_s=self.config.client.retry_for_s,
-                             max_event_bytes=self.config.limits.max_payload_bytes)
-        self.readers = ReadPool(self.config.db_path)
+        self.redis = broker.client_for(self.config, retries=1)
+        self.outbox = self._new_outbox()
+        self.readers = ReadPool(
+            self.config.db_path, empty_until_ready=True,
+            vet=DatabaseCheck(self.redis, self.config.redis_url, self.config.db_path))
+        self.pending_writes = PendingWrites(self._commit_position)
         self._setup_context()
 
     @classmethod
-    def from_env(cls) -> MemoryClient:
-        """Settings from ``MEMQ_CONFIG`` / ``memq.toml`` and ``MEMQ_REDIS_URL`` / ``MEMQ_DB``."""
-        return cls(config=config_module.load())
+    def from_env(cls, role: str = Role.AGENT) -> MemoryClient:
+        """The Redis and database the ``memq`` commands use from the same directory.
+
+        Settings come from ``MEMQ_CONFIG`` (or ``./memq.toml``), then ``MEMQ_REDIS_URL`` /
+        ``MEMQ_DB``; with no Redis URL anywhere, the URL that ``memq up`` (or
+        ``memq acl apply``) wrote beside the database for ``role``: ``agent.url``, or
+        ``admin.url`` for the person's client (``role="admin"``). Which file is only where
+        the credentials come from: what they may do is Redis' to say.
+        """
+        return cls(config=settings_of_role(role))
 
     def close(self) -> None:
         self.readers.close()
@@ -89,44 +95,46 @@ class MemoryClient(ContextMixin, FactsMixin, MacrosMixin, PrefixesMixin, TasksMi
         tool_name: str | None = None,
         tool_calls: list[Any] | None = None,
         created_at: datetime | str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
     ) -> str:
-        """Record one conversation turn; returns its message id without waiting."""
-        check_identifier("session_id", session_id,
-                         max_chars=self.config.limits.max_session_id_chars)
-        payload = {
-            "message_id": uuid7(),
-            "role": _role(role),
-            "content": _content(content),
-            "importance": _importance(importance, role),
-            "tool_call_id": _optional_text("tool_call_id", tool_call_id),
-            "tool_name": _optional_text("tool_name", tool_name),
-            "tool_calls": _tool_calls(tool_calls),
-        }
-        when = now_rfc3339() if created_at is None else normalize_rfc3339(created_at)
-        # Hydrate before sending: a failed read must leave nothing sent, and the new turn
-        # must not come back from the database a second time.
-        self.working_memory.hydrate(session_id)
-        self._send(EventType.MESSAGE_APPENDED, payload, session_id=session_id, created_at=when)
-        self._remember_appended(session_id, when, payload)
-        return str(payload["message_id"])
+        """Record one conversation turn; returns its message id without waiting.
 
-    def _send(
-        self,
-        etype: str,
-        payload: dict[str, Any],
-        *,
-        session_id: str | None = None,
-        created_at: str | None = None,
-    ) -> str:
-        """Validate with the writer's own rules, then send; returns the event id."""
-        try:
-            check_payload(etype, payload, self.config.limits)
-        except ValidationError as exc:
-            raise ValidationError(str(exc).split(": ", 1)[-1]) from None
-        event = Event(id=uuid7(), type=etype, session_id=session_id,
-                      created_at=created_at or now_rfc3339(), payload=payload)
-        self.outbox.send(event)
-        return event.id
+        ``user_id`` / ``agent_id`` say whose session it is: the first message of a
+        session fixes them, later ones may leave them out, and naming anyone else raises
+        :class:`ValidationError` (a session never moves to another user).
+        """
+        return self._run(self._append_op(
+            session_id, role, content, importance=importance, tool_call_id=tool_call_id,
+            tool_name=tool_name, tool_calls=tool_calls, created_at=created_at,
+            user_id=user_id, agent_id=agent_id))
+
+    def append_many(self, turns: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Record many turns in few round trips; returns their message ids, in order.
+
+        Each turn is a mapping of :meth:`append`'s arguments (``session_id``, ``role``,
+        ``content`` and any keyword). All are checked before any is sent: one bad turn
+        raises :class:`ValidationError` naming its index, and nothing is sent.
+        """
+        return self._run(self._append_many_op(turns))
+
+    def with_own_outbox(self) -> MemoryClient:
+        """A client that shares this one's reads (pool, caches, working memory, pending
+        writes) and sends through an outbox of its own, on the same Redis credentials:
+        its :meth:`flush` waits for what it sent and reports only its own rejections.
+
+        What ``memq serve`` gives each remote client. Close only the original.
+        """
+        twin = copy.copy(self)
+        twin.outbox = self._new_outbox()
+        return twin
+
+    def _new_outbox(self) -> Outbox:
+        return Outbox(self.redis, self.config.redis_url,
+                      retry_for_s=self.config.client.retry_for_s,
+                      max_event_bytes=self.config.limits.max_payload_bytes,
+                      wait_replicas=self.config.client.wait_replicas,
+                      wait_timeout_s=self.config.client.wait_timeout_s)
 
     @contextmanager
     def batched(self) -> Iterator[MemoryClient]:
@@ -135,63 +143,31 @@ class MemoryClient(ContextMixin, FactsMixin, MacrosMixin, PrefixesMixin, TasksMi
             yield self
 
     def flush(self, timeout: float = 10.0) -> None:
-        """Return once everything this client sent is committed; else :class:`FlushTimeout`."""
-        self.outbox.flush(timeout)
+        """Return once everything this client sent is committed.
+
+        :class:`~memq.errors.EventsRejected` (with each event id and reason) if the writer
+        rejected any of it; :class:`~memq.errors.FlushTimeout` if it has not committed in
+        ``timeout`` seconds.
+        """
+        try:
+            self.outbox.flush(timeout)
+        except EventsRejected as exc:
+            self._forget_rejected(exc)
+            raise
 
     # -- reading ----------------------------------------------------------------------
 
-    def history(self, session_id: str, limit: int = 50) -> list[Message]:
-        """The last ``limit`` committed messages of a session, oldest first."""
-        check_identifier("session_id", session_id,
-                         max_chars=self.config.limits.max_session_id_chars)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
-            raise ValidationError(f"limit must be an integer from 1 to 10000, got {limit!r}")
-        with self.readers.connection() as conn:
-            rows = conn.execute(
-                f"""SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?
-                    ORDER BY created_at DESC, seq DESC LIMIT ?""",
-                (session_id, limit),
-            ).fetchall()
-        return [message_from_row(row) for row in reversed(rows)]
+    def history(
+        self, session_id: str, limit: int = 50, *,
+        before: str | None = None, after: str | None = None,
+    ) -> list[Message]:
+        """A page of a session's messages, oldest first: every committed one, whoever wrote
+        it, and this client's own turns not committed yet.
 
-
-def _role(role: Any) -> str:
-    if not isinstance(role, str) or role not in ROLES:
-        raise ValidationError(f"role must be one of {', '.join(sorted(ROLES))}, got {role!r}")
-    return str(role)
-
-
-def _content(content: Any) -> str:
-    if not isinstance(content, str):
-        raise ValidationError(f"content must be a string, got {type(content).__name__}")
-    return content
-
-
-def _importance(importance: Any, role: str) -> float:
-    if importance is None:
-        return DEFAULT_IMPORTANCE.get(role, 0.5)
-    if isinstance(importance, bool) or not isinstance(importance, (int, float)):
-        raise ValidationError(f"importance must be a number, got {type(importance).__name__}")
-    try:
-        value = float(importance)
-    except OverflowError:  # an int too big for a float is out of range too
-        value = math.inf
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ValidationError(f"importance must be between 0.0 and 1.0, got {importance!r:.40}")
-    return value
-
-
-def _optional_text(what: str, value: Any) -> str | None:
-    return None if value is None else check_identifier(what, value)
-
-
-def _tool_calls(tool_calls: Any) -> list[Any] | None:
-    if tool_calls is None:
-        return None
-    if not isinstance(tool_calls, list):
-        raise ValidationError(f"tool_calls must be a list, got {type(tool_calls).__name__}")
-    try:
-        orjson.dumps(tool_calls)
-    except TypeError as exc:
-        raise ValidationError(f"tool_calls must be JSON-serialisable: {exc}") from exc
-    return tool_calls
+        Without ``before`` / ``after``: the last ``limit``. With ``before=message_id``: the
+        ``limit`` messages just older than that one, so ``history(s, before=page[0].id)``
+        is the previous page; with ``after=message_id``, the ``limit`` just newer (what
+        came since). Raises :class:`~memq.errors.NotFound` if that message is not a
+        committed message of the session.
+        """
+        return self._run(self._history_op(session_id, limit, before, after))

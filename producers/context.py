@@ -4,7 +4,12 @@ The branches of the configured profile (see :mod:`producers.retrieval`) each fin
 messages; the result holds each message once, oldest first, with the branches that
 found it and each branch's score. The semantic branch embeds the query in this process
 with the workers' model (loaded on first use; repeated queries come from a small LRU)
-and searches the session's vectors in :class:`~store.vector_cache.VectorCache`.
+and searches the scope's vectors in :class:`~store.vector_cache.VectorCache`.
+
+``scope`` says what the branches other than recency search: the session (``"session"``),
+every session of the session's user (``"user"``) or of its user's agent (``"agent"``).
+Recency and working memory stay the session's. A scope never crosses users; a session
+without a user (or, for ``"agent"``, without an agent) searches only itself.
 
 The search is numpy. On a small machine BLAS threads compete with the embedding model's
 threads, so run agents with ``OPENBLAS_NUM_THREADS=1`` when both share the cores.
@@ -21,16 +26,22 @@ from typing import Any
 
 import numpy as np
 
-from memq.config import Config
 from memq.embedding import Embedder
 from memq.errors import StoreError, ValidationError
 from memq.events import check_identifier
-from producers.messages import Message
-from producers.retrieval import Found, Profile, profile_for
-from producers.sources import SessionSources
-from store.fact_search import relevant_facts
-from store.reader import ReadPool
-from store.vector_cache import VectorCache
+from memq.printable import shown
+from memq.producers.mixin import ClientBase, SyncClientBase
+from memq.producers.ops import Op, Run
+from memq.producers.outbox import Ticket
+from memq.producers.owners import Owners
+from memq.producers.retrieval import Found, Profile, profile_for
+from memq.producers.sources import SessionSources
+from memq.reranker import Reranker
+from memq.store.read import erasures
+from memq.store.read.fact_search import relevant_facts
+from memq.store.read.messages import Message
+from memq.store.read.scope import KINDS, Scope
+from memq.store.read.vector_cache import VectorCache
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,11 @@ class ContextItem:
     turn whose relevance a turn inherited, when that is why it is here.
     With ``[retrieval] include_facts``, relevant facts follow the messages as items with
     ``id`` ``fact:<id>``, role ``system`` and the branch ``fact``.
+
+    ``semantic_partial`` is True on every item when the search by meaning could not see
+    some turns of the session because they have no vector yet (embedding is behind): a turn
+    missing from the ``semantic`` branch may only be waiting. Those turns are still found by
+    their words (the ``lexical`` branch).
     """
 
     id: str
@@ -62,6 +78,7 @@ class ContextItem:
     lexical: float | None = None
     fused: float | None = None
     neighbour_of: str | None = None
+    semantic_partial: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +87,7 @@ class ContextItem:
             "importance": self.importance, "branches": list(self.branches),
             "similarity": self.similarity, "scores": dict(self.scores),
             "lexical": self.lexical, "fused": self.fused, "neighbour_of": self.neighbour_of,
+            "semantic_partial": self.semantic_partial,
         }
 
 
@@ -98,11 +116,8 @@ class QueryVectors:
         return vector
 
 
-class ContextMixin:
-    """``get_context`` and working memory for :class:`~producers.client.MemoryClient`."""
-
-    config: Config
-    readers: ReadPool
+class ContextOps(ClientBase):
+    """``get_context`` and working memory, for both clients (``producers/ops.py``)."""
 
     def _setup_context(self) -> None:
         memory, retrieval, embed = self.config.memory, self.config.retrieval, self.config.embed
@@ -110,43 +125,94 @@ class ContextMixin:
         self.vector_cache = VectorCache(
             self.readers, model_name=embed.model_name, dim=embed.dim,
             max_vectors=retrieval.vector_cache_max_vectors,
+            context_weight=retrieval.recall_context_weight if self.profile.contextual else 0.0,
         )
         self.query_vectors = QueryVectors(Embedder(embed), retrieval.query_cache_size)
         self.sources = SessionSources(
             self.readers, self.vector_cache, self.query_vectors,
             cap=memory.working_memory_cap, max_sessions=memory.max_sessions,
-            verbatim=retrieval.recency_limit,
+            verbatim=retrieval.recency_limit, commit_position=self._commit_position,
+            reranker=Reranker(retrieval.reranker_dir, threads=embed.threads)
+            if retrieval.reranker_dir else None,
         )
         self.working_memory = self.sources.working_memory
+        self.owners = Owners(self.sources.owner, max_sessions=memory.max_sessions)
+        # Read on the first call, not here: a constructor that reads would refuse a client
+        # of another database before it could send, and could fail while the writer migrates.
+        self._erasures_seen: int | None = None
 
-    def get_context(self, session_id: str, query: str | None = None) -> list[ContextItem]:
-        """The session's context: every branch of the profile, deduplicated, oldest first.
-
-        Without a query the semantic branch is skipped.
-        """
+    def _get_context_op(
+        self, session_id: str, query: str | None, scope: str
+    ) -> Op[list[ContextItem]]:
         check_identifier("session_id", session_id,
                          max_chars=self.config.limits.max_session_id_chars)
         query = self._check_query(query)
+        _check_scope(scope)
+        # One piece of blocking work: its reads go through working memory and the vector
+        # cache, and the query's embedding is CPU-bound. The commit position matters only
+        # to this process's own pending turns of the session.
+        items: list[ContextItem] = yield Run(
+            self._context, (session_id, query, scope),
+            with_position=bool(self.working_memory.pending(session_id)))
+        return items
+
+    def _context(self, session_id: str, query: str | None, scope: str) -> list[ContextItem]:
+        """``get_context`` once its arguments are checked (blocking: reads, the model)."""
+        self._notice_erasures()
+        self.sources.sync(session_id)
+        within = self._scope(session_id, scope)
         results = [
-            (strategy.name, strategy.find(self.sources, session_id, query))
+            (strategy.name, strategy.find(self.sources, within, query))
             for strategy in self.profile.strategies
         ]
         found = self.profile.combine(results)
         similarity: dict[str, float] = {}
         unscored = [f.message.id for f in found if "semantic" not in f.scores]
         if query is not None and unscored:
-            similarity = self.sources.similarities(session_id, query, unscored)
-        items = [_item(f, similarity.get(f.message.id)) for f in found]
-        return items + self._fact_items(session_id, query)
+            similarity = self.sources.similarities(within, query, unscored)
+        partial = (query is not None and self.profile.searches_meaning
+                   and self.sources.waiting_for_vectors(within) > 0)
+        items = [_item(f, similarity.get(f.message.id), partial) for f in found]
+        return items + self._fact_items(within, query)
 
-    def _fact_items(self, session_id: str, query: str | None) -> list[ContextItem]:
-        """Facts relevant to the query, after the messages (``[retrieval] include_facts``)."""
+    def _notice_erasures(self) -> None:
+        """Drop what this process cached if anything was forgotten since it looked last.
+
+        Working memory follows each session's mark (a forget moves or removes it); the
+        vectors of every scope and the owners of sessions are dropped here, and read again
+        when next used. Forgets are rare, so dropping everything is simple and cheap.
+        """
+        latest = self._latest_erasure()
+        if self._erasures_seen is not None and latest != self._erasures_seen:
+            self._drop_caches()
+        self._erasures_seen = latest
+
+    def _drop_caches(self) -> None:
+        self.vector_cache.forget_where(lambda key: True)
+        self.owners.clear()
+
+    def _latest_erasure(self) -> int:
+        if not self.sources.database_exists():
+            return 0
+        with self.readers.connection() as conn:
+            return erasures.latest(conn)
+
+    def _scope(self, session_id: str, kind: str) -> Scope:
+        owner = None if kind == "session" else self.owners.get(session_id)
+        return Scope.of(session_id, kind, owner)
+
+    def _fact_items(self, scope: Scope, query: str | None) -> list[ContextItem]:
+        """Facts relevant to the query, after the messages (``[retrieval] include_facts``):
+        the global ones and those of the session's user."""
         retrieval = self.config.retrieval
         if not retrieval.include_facts or query is None:
             return []
+        session_id = scope.session_id
+        owner = self.owners.get(session_id)
+        user = None if owner is None else owner.user_id
         try:
             with self.readers.connection() as conn:
-                matches = relevant_facts(conn, query, retrieval.facts_limit)
+                matches = relevant_facts(conn, query, retrieval.facts_limit, user)
         except StoreError:
             return []  # no database yet: no facts either
         return [
@@ -159,14 +225,16 @@ class ContextMixin:
             for m in matches
         ]
 
-    def _remember_appended(self, session_id: str, created_at: str, payload: Any) -> None:
+    def _remember_appended(
+        self, session_id: str, created_at: str, payload: Any, ticket: Ticket
+    ) -> None:
         """Put a just-sent ``message.appended`` payload into working memory."""
         self.working_memory.add(Message(
             id=payload["message_id"], session_id=session_id, role=payload["role"],
             content=payload["content"], created_at=created_at,
             importance=payload["importance"], tool_call_id=payload.get("tool_call_id"),
             tool_name=payload.get("tool_name"), tool_calls=payload.get("tool_calls"),
-        ))
+        ), ticket)
 
     def _check_query(self, query: Any) -> str | None:
         if query is None:
@@ -186,7 +254,26 @@ class ContextMixin:
         return query
 
 
-def _item(found: Found, similarity: float | None) -> ContextItem:
+class ContextMixin(ContextOps, SyncClientBase):
+    """``get_context`` of :class:`~producers.client.MemoryClient`."""
+
+    def get_context(
+        self, session_id: str, query: str | None = None, scope: str = "session"
+    ) -> list[ContextItem]:
+        """The session's context: every branch of the profile, deduplicated, oldest first;
+        each item names the session it comes from.
+
+        Without a query the semantic branch is skipped. ``scope``: see the module.
+        """
+        return self._run(self._get_context_op(session_id, query, scope))
+
+
+def _check_scope(kind: Any) -> None:
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ValidationError(f"scope must be one of {', '.join(KINDS)}, got {shown(kind):.60}")
+
+
+def _item(found: Found, similarity: float | None, semantic_partial: bool) -> ContextItem:
     m = found.message
     return ContextItem(
         id=m.id, session_id=m.session_id, role=m.role, content=m.content,
@@ -194,5 +281,5 @@ def _item(found: Found, similarity: float | None) -> ContextItem:
         similarity=found.scores.get("semantic", similarity),
         scores=MappingProxyType(dict(found.scores)),
         lexical=found.scores.get("lexical"), fused=found.scores.get("fused"),
-        neighbour_of=found.neighbour_of,
+        neighbour_of=found.neighbour_of, semantic_partial=semantic_partial,
     )

@@ -1,7 +1,11 @@
-"""Facts: what an agent or its user knows, one value per (category, key).
+"""Facts: what an agent or its user knows, one value per (user, category, key).
 
+A fact set with ``user_id`` belongs to that user; without one it is global. Reading
+with ``user_id`` gives the global facts and that user's, never another user's.
 ``set_fact`` and ``delete_fact`` send events and return at once (``flush`` waits for
-them); ``facts`` and ``fact_history`` read what is committed. A value set with
+them). ``facts`` shows what is committed with this client's own uncommitted changes laid
+over it (read-your-writes, ``producers/pending.py``; a fact set by this client and not yet
+committed has id 0); ``fact_history`` is the committed record. A value set with
 ``source="user"`` is protected: an agent's (or consolidation's) change or deletion is
 recorded in the log but does not touch it unless it is sent with ``force=True``.
 """
@@ -11,51 +15,128 @@ from __future__ import annotations
 from typing import Any
 
 from memq.errors import ValidationError
-from memq.events import FACT_SOURCES, EventType, check_identifier
-from producers.mixin import ClientBase, check_flag
-from store.fact_reads import Fact, FactChange, fact_history, list_facts
+from memq.events import Event, EventType, check_identifier
+from memq.producers.mixin import ClientBase, SyncClientBase, check_flag
+from memq.producers.ops import Op, Read
+from memq.store.read.facts import Fact, FactChange, fact_history, list_facts, may_change
 
 
-class FactsMixin(ClientBase):
-    def set_fact(
-        self, category: str, key: str, value: str, source: str = "agent", *, force: bool = False
-    ) -> str:
-        """Set a fact (upsert); returns the event id. See the module for the user guard."""
+class FactsOps(ClientBase):
+    """The facts operations (``producers/ops.py``) both clients run."""
+
+    def _set_fact_op(
+        self, category: str, key: str, value: str, source: str = "agent", *,
+        force: bool = False, user_id: str | None = None,
+    ) -> Op[str]:
         payload: dict[str, Any] = {
             "category": _name("category", category),
             "key": _name("key", key),
             "value": _value(value),
-            "source": _source(source),
+            "source": source,
         }
-        if check_flag("force", force):
-            payload["force"] = True
-        return self._send(EventType.FACT_SET, payload)
+        return (yield from self._send_op(EventType.FACT_SET,
+                                         _guarded(payload, force, user_id)))
 
-    def delete_fact(
-        self, category: str, key: str, source: str = "agent", *, force: bool = False
-    ) -> str:
-        """Remove a fact's current value (its history stays); returns the event id."""
+    def _delete_fact_op(
+        self, category: str, key: str, source: str = "agent", *, force: bool = False,
+        user_id: str | None = None,
+    ) -> Op[str]:
         payload: dict[str, Any] = {
             "category": _name("category", category),
             "key": _name("key", key),
-            "source": _source(source),
+            "source": source,
         }
-        if check_flag("force", force):
-            payload["force"] = True
-        return self._send(EventType.FACT_DELETED, payload)
+        return (yield from self._send_op(EventType.FACT_DELETED,
+                                         _guarded(payload, force, user_id)))
 
-    def facts(self, category: str | None = None) -> list[Fact]:
-        """Committed facts, by category then key; only ``category``'s when given."""
+    def _facts_op(self, category: str | None, user_id: str | None) -> Op[list[Fact]]:
         if category is not None:
             _name("category", category)
-        with self.readers.connection() as conn:
-            return list_facts(conn, category)
+        if user_id is not None:
+            _name("user_id", user_id)
+        pending = yield from self._live_op(FACT_EVENTS)
+        committed = yield Read(list_facts, (category, user_id))
+        return with_pending_facts(committed, pending, category, user_id)
 
-    def fact_history(self, category: str, key: str) -> list[FactChange]:
-        """Every committed change of one fact, oldest first, with who made it and when."""
+    def _fact_history_op(
+        self, category: str, key: str, user_id: str | None
+    ) -> Op[list[FactChange]]:
         category, key = _name("category", category), _name("key", key)
-        with self.readers.connection() as conn:
-            return fact_history(conn, category, key)
+        if user_id is not None:
+            _name("user_id", user_id)
+        changes: list[FactChange] = yield Read(fact_history, (category, key, user_id))
+        return changes
+
+
+class FactsMixin(FactsOps, SyncClientBase):
+    def set_fact(
+        self, category: str, key: str, value: str, source: str = "agent", *,
+        force: bool = False, user_id: str | None = None,
+    ) -> str:
+        """Set a fact (upsert), ``user_id``'s or global; returns the event id. See the
+        module for the user guard."""
+        return self._run(self._set_fact_op(category, key, value, source, force=force,
+                                           user_id=user_id))
+
+    def delete_fact(
+        self, category: str, key: str, source: str = "agent", *, force: bool = False,
+        user_id: str | None = None,
+    ) -> str:
+        """Remove a fact's current value (its history stays); returns the event id."""
+        return self._run(self._delete_fact_op(category, key, source, force=force,
+                                              user_id=user_id))
+
+    def facts(self, category: str | None = None, *, user_id: str | None = None) -> list[Fact]:
+        """The global facts, and ``user_id``'s when given, by category then key; only
+        ``category``'s when given."""
+        return self._run(self._facts_op(category, user_id))
+
+    def fact_history(
+        self, category: str, key: str, *, user_id: str | None = None
+    ) -> list[FactChange]:
+        """Every committed change of one fact (global, or ``user_id``'s), oldest first, with
+        who made it and when."""
+        return self._run(self._fact_history_op(category, key, user_id))
+
+
+FACT_EVENTS = (EventType.FACT_SET, EventType.FACT_DELETED)
+
+
+def with_pending_facts(
+    committed: list[Fact], pending: list[Event], category: str | None = None,
+    user_id: str | None = None,
+) -> list[Fact]:
+    """``committed`` with the uncommitted fact events applied in order, under the same
+    guard as the writer's (a user's value stays unless the change is forced); only the
+    global ones and ``user_id``'s, as :func:`store.read.facts.list_facts` reads them."""
+    current = {(f.user_id, f.category, f.key): f for f in committed}
+    for event in pending:
+        p = event.payload
+        owner = p.get("user_id")
+        if (category is not None and p["category"] != category) or owner not in (None, user_id):
+            continue
+        key = (owner, p["category"], p["key"])
+        old = current.get(key)
+        if not may_change(None if old is None else old.source, p["source"],
+                          bool(p.get("force"))):
+            continue
+        if event.type == EventType.FACT_DELETED:
+            current.pop(key, None)
+            continue
+        current[key] = Fact(
+            id=0 if old is None else old.id, category=p["category"], key=p["key"],
+            value=p["value"], source=p["source"], updated_at=event.created_at,
+            created_at=event.created_at if old is None else old.created_at, user_id=owner)
+    return sorted(current.values(), key=lambda f: (f.category, f.key, f.user_id or ""))
+
+
+def _guarded(payload: dict[str, Any], force: bool, user_id: str | None) -> dict[str, Any]:
+    """``payload`` with the optional ``force`` and ``user_id`` fields, checked."""
+    if check_flag("force", force):
+        payload["force"] = True
+    if user_id is not None:
+        payload["user_id"] = _name("user_id", user_id)
+    return payload
 
 
 def _name(what: str, value: Any) -> str:
@@ -68,11 +149,3 @@ def _value(value: Any) -> str:
     if not value.strip():
         raise ValidationError("value must not be empty (use delete_fact to remove a fact)")
     return value
-
-
-def _source(source: Any) -> str:
-    if not isinstance(source, str) or source not in FACT_SOURCES:
-        raise ValidationError(
-            f"source must be one of {', '.join(sorted(FACT_SOURCES))}, got {source!r:.60}"
-        )
-    return str(source)

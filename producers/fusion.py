@@ -40,6 +40,8 @@ class Candidate:
     """Share of the previous turn's ``own`` score."""
     neighbour_of: str | None = None
     """The turn it inherited from, when that counts."""
+    rerank: float | None = None
+    """The cross-encoder's score, when one re-scored the turn (see memq/reranker.py)."""
 
     @property
     def fused(self) -> float:
@@ -54,7 +56,7 @@ class Candidate:
         """Named scores for the item's explanation."""
         named = {"lexical": self.lexical, "semantic": self.similarity, "semantic_z": self.z,
                  "neighbour": self.inherited if self.neighbour_of else None,
-                 "fused": self.fused}
+                 "fused": self.fused, "rerank": self.rerank}
         return {name: value for name, value in named.items() if value is not None}
 
 

@@ -16,9 +16,11 @@ import orjson
 
 from memq.errors import NotFound, ValidationError
 from memq.events import EventType, check_identifier
+from memq.printable import shown
+from memq.producers.mixin import ClientBase, SyncClientBase
+from memq.producers.ops import Op, Read
+from memq.store.read.macros import Macro, candidates, macro_exists
 from memq.toolcalls import ANY_ARGS, args_pattern, fill_template, shrink_args
-from producers.mixin import ClientBase
-from store.macro_reads import Macro, candidates, macro_exists
 
 MAX_ID = 2**63 - 1
 """SQLite's largest integer: a bigger id cannot exist, nor be looked up."""
@@ -31,7 +33,9 @@ class MacroSuggestion:
     """The tool to call next."""
     args: Any
     """Its most usual arguments, with references to this call's arguments filled in;
-    None when none were recorded. Placeholders such as ``<text>`` are for the caller."""
+    None when none were recorded. Other values are placeholders for the caller to fill
+    (``<path>``, ``<num>``, ``<str>``, ``<text>``, ``<secret>``...): a suggestion never
+    carries a value another session used."""
     confidence: float
     count: int
     """How many times this transition was seen."""
@@ -40,38 +44,39 @@ class MacroSuggestion:
     """The trigger pattern that matched (``*``: the tool with any arguments)."""
 
 
-class MacrosMixin(ClientBase):
-    def record_tool_call(
-        self, session_id: str, tool: str, args: Mapping[str, Any] | None = None
-    ) -> str:
-        """Record one tool call of a session, for learning; returns the event id."""
+class MacrosOps(ClientBase):
+    """The tool-chaining operations (``producers/ops.py``) both clients run."""
+
+    def _record_tool_call_op(
+        self, session_id: str, tool: str, args: Mapping[str, Any] | None
+    ) -> Op[str]:
         check_identifier("session_id", session_id,
                          max_chars=self.config.limits.max_session_id_chars)
         payload = {"tool": check_identifier("tool", tool), "args": self._tool_args(args)}
-        return self._send(EventType.MACRO_OBSERVED, payload, session_id=session_id)
+        return (yield from self._send_op(EventType.MACRO_OBSERVED, payload,
+                                         session_id=session_id))
 
-    def suggest_next_tools(
-        self, tool: str, args: Mapping[str, Any] | None = None
-    ) -> list[MacroSuggestion]:
-        """Likely next calls after ``tool(args)``, best first (committed macros only)."""
+    def _suggest_next_tools_op(
+        self, tool: str, args: Mapping[str, Any] | None
+    ) -> Op[list[MacroSuggestion]]:
         tool = check_identifier("tool", tool)
         shrunk = self._tool_args(args)
-        with self.readers.connection() as conn:
-            rows = candidates(conn, tool, args_pattern(shrunk))
+        rows = yield Read(candidates, (tool, args_pattern(shrunk)))
         settings = self.config.macros
         chosen = [m for m in _best_per_next_tool(rows) if m.confidence >= settings.min_confidence]
-        return [_suggestion(m, shrunk) for m in chosen[: settings.suggest_limit]]
+        # References are filled from this call's own arguments, as given: a secret of the
+        # caller's own may come back to it, never anyone else's (templates hold none).
+        own = dict(args or {})
+        return [_suggestion(m, own) for m in chosen[: settings.suggest_limit]]
 
-    def use_macro(self, macro_id: int) -> str:
-        """Count one use of a suggested macro; returns the event id."""
+    def _use_macro_op(self, macro_id: int) -> Op[str]:
         if isinstance(macro_id, bool) or not isinstance(macro_id, int) or not (
             1 <= macro_id <= MAX_ID
         ):
-            raise ValidationError(f"macro_id must be a positive integer, got {macro_id!r:.60}")
-        with self.readers.connection() as conn:
-            if not macro_exists(conn, macro_id):
-                raise NotFound(f"no macro {macro_id}")
-        return self._send(EventType.MACRO_USED, {"macro_id": macro_id})
+            raise ValidationError(f"macro_id must be a positive integer, got {shown(macro_id):.60}")
+        if not (yield Read(macro_exists, (macro_id,))):
+            raise NotFound(f"no macro {macro_id}")
+        return (yield from self._send_op(EventType.MACRO_USED, {"macro_id": macro_id}))
 
     def _tool_args(self, args: Mapping[str, Any] | None) -> dict[str, Any]:
         if args is None:
@@ -89,6 +94,24 @@ class MacrosMixin(ClientBase):
         if size > limit:
             raise ValidationError(f"args are {size} bytes once shortened, over the {limit} limit")
         return shrunk
+
+
+class MacrosMixin(MacrosOps, SyncClientBase):
+    def record_tool_call(
+        self, session_id: str, tool: str, args: Mapping[str, Any] | None = None
+    ) -> str:
+        """Record one tool call of a session, for learning; returns the event id."""
+        return self._run(self._record_tool_call_op(session_id, tool, args))
+
+    def suggest_next_tools(
+        self, tool: str, args: Mapping[str, Any] | None = None
+    ) -> list[MacroSuggestion]:
+        """Likely next calls after ``tool(args)``, best first (committed macros only)."""
+        return self._run(self._suggest_next_tools_op(tool, args))
+
+    def use_macro(self, macro_id: int) -> str:
+        """Count one use of a suggested macro; returns the event id."""
+        return self._run(self._use_macro_op(macro_id))
 
 
 def _best_per_next_tool(rows: list[Macro]) -> list[Macro]:

@@ -3,9 +3,9 @@
 The approvals in force are those committed in the database, those of the configuration
 (``[terminal] allowed_prefixes``, which cannot be revoked from here), and — so a caller
 reads its own writes — the approvals and revocations this client sent that the writer
-has not committed yet. That overlay is dropped as soon as everything this client sent is
-committed, so it can never outlive another client's later revocation. The check itself
-is :func:`producers.terminal.is_command_allowed`.
+has not committed yet. Each leaves that overlay once the writer has committed past it
+(``producers/pending.py``), so it can never outlive another client's later revocation.
+The check itself is :func:`producers.terminal.is_command_allowed`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from memq.approvals import normalize_prefix
 from memq.errors import NotFound, ValidationError
 from memq.events import EventType
-from producers import terminal
-from producers.mixin import ClientBase, check_flag
-from store.prefix_reads import approved_prefixes
+from memq.producers import terminal
+from memq.producers.mixin import ClientBase, SyncClientBase, check_flag
+from memq.producers.ops import Op, Read
+from memq.store.read.prefixes import approved_prefixes
 
 
 @dataclass(frozen=True)
@@ -28,74 +29,78 @@ class AllowedPrefix:
     created_at: str | None = None
 
 
-class PrefixesMixin(ClientBase):
-    def allow_prefix(self, command: str) -> str:
-        """Approve ``command`` as an always-allowed prefix; returns its stored form."""
+class PrefixesOps(ClientBase):
+    """The terminal-approval operations (``producers/ops.py``) both clients run."""
+
+    def _allow_prefix_op(self, command: str) -> Op[str]:
         prefix = normalize_prefix(command)
-        self._send(EventType.PREFIX_ALLOWED, {"prefix": prefix})
-        self._prefix_overlay()[prefix] = True
+        yield from self._send_op(EventType.PREFIX_ALLOWED, {"prefix": prefix})
         return prefix
 
-    def revoke_prefix(self, prefix: str) -> str:
-        """Withdraw an approval; returns the stored form that was revoked."""
-        prefix = normalize_prefix(prefix)
+    def _revoke_prefix_op(self, prefix: str) -> Op[str]:
+        prefix = normalize_prefix(prefix, runners_ok=True)  # one stored before RUNNERS too
+        yield from self._authorize_op(EventType.PREFIX_REVOKED, {"prefix": prefix})  # first
         if prefix in self._config_prefixes():
             raise ValidationError(
                 f"{prefix!r} is allowed by the configuration ([terminal] allowed_prefixes); "
                 "remove it there"
             )
-        if prefix not in self._effective_prefixes()[0]:
+        if prefix not in (yield from self._effective_prefixes_op())[0]:
             raise NotFound(f"{prefix!r} is not an allowed prefix")
-        self._send(EventType.PREFIX_REVOKED, {"prefix": prefix})
-        self._prefix_overlay()[prefix] = False
+        yield from self._send_op(EventType.PREFIX_REVOKED, {"prefix": prefix})
         return prefix
 
-    def allowed_prefixes(self) -> list[AllowedPrefix]:
-        """Every prefix in force, sorted, with where it comes from."""
-        approved, pending = self._effective_prefixes()
+    def _allowed_prefixes_op(self) -> Op[list[AllowedPrefix]]:
+        approved, pending = yield from self._effective_prefixes_op()
         config = self._config_prefixes()
         return [_describe(p, config, pending, approved) for p in sorted(set(approved) | config)]
 
-    def is_command_allowed(self, command: str, *, trusted: bool = False) -> bool:
-        """True if ``command`` may run without asking (a trusted task's always may)."""
+    def _is_command_allowed_op(self, command: str, trusted: bool) -> Op[bool]:
         if not isinstance(command, str):
             raise ValidationError(f"command must be a string, got {type(command).__name__}")
         if check_flag("trusted", trusted):
             return True
-        approved, _ = self._effective_prefixes()
+        approved, _ = yield from self._effective_prefixes_op()
         return terminal.is_command_allowed(command, set(approved) | self._config_prefixes())
 
     def _config_prefixes(self) -> set[str]:
         return {normalize_prefix(p) for p in self.config.terminal.allowed_prefixes}
 
-    def _effective_prefixes(self) -> tuple[dict[str, str | None], set[str]]:
+    def _effective_prefixes_op(self) -> Op[tuple[dict[str, str | None], set[str]]]:
         """Approvals in force (prefix -> approved at) and those still pending."""
-        overlay = self._live_overlay()  # before the read: what is committed is then visible
-        with self.readers.connection() as conn:
-            approved = approved_prefixes(conn)
-        pending = set()
-        for prefix, allowed in overlay.items():
-            if allowed and prefix not in approved:
-                approved[prefix] = None
-                pending.add(prefix)
-            elif not allowed:
+        pending = yield from self._live_op(PREFIX_EVENTS)  # before the read: see pending.py
+        approved: dict[str, str | None] = yield Read(approved_prefixes)
+        waiting = set()
+        for event in pending:
+            prefix = event.payload["prefix"]
+            if event.type == EventType.PREFIX_REVOKED:
                 approved.pop(prefix, None)
-        return approved, pending
+                waiting.discard(prefix)
+            elif prefix not in approved:
+                approved[prefix] = None
+                waiting.add(prefix)
+        return approved, waiting
 
-    def _live_overlay(self) -> dict[str, bool]:
-        overlay = self._prefix_overlay()
-        if overlay and not self.outbox.buffered:
-            committed, sent = self.outbox.committed(), self.outbox.last_sent
-            if committed is not None and sent is not None and committed >= sent:
-                overlay.clear()
-        return dict(overlay)
 
-    def _prefix_overlay(self) -> dict[str, bool]:
-        # Created on first use: the mixin adds no constructor to MemoryClient.
-        overlay: dict[str, bool] | None = self.__dict__.get("_prefix_changes")
-        if overlay is None:
-            overlay = self.__dict__["_prefix_changes"] = {}
-        return overlay
+class PrefixesMixin(PrefixesOps, SyncClientBase):
+    def allow_prefix(self, command: str) -> str:
+        """Approve ``command`` as an always-allowed prefix; returns its stored form."""
+        return self._run(self._allow_prefix_op(command))
+
+    def revoke_prefix(self, prefix: str) -> str:
+        """Withdraw an approval; returns the stored form that was revoked."""
+        return self._run(self._revoke_prefix_op(prefix))
+
+    def allowed_prefixes(self) -> list[AllowedPrefix]:
+        """Every prefix in force, sorted, with where it comes from."""
+        return self._run(self._allowed_prefixes_op())
+
+    def is_command_allowed(self, command: str, *, trusted: bool = False) -> bool:
+        """True if ``command`` may run without asking (a trusted task's always may)."""
+        return self._run(self._is_command_allowed_op(command, trusted))
+
+
+PREFIX_EVENTS = (EventType.PREFIX_ALLOWED, EventType.PREFIX_REVOKED)
 
 
 def _describe(

@@ -1,12 +1,16 @@
 """Retrieval branches and the profiles that combine them for ``get_context``.
 
-A *strategy* (a branch) finds messages of a session by one criterion and scores each;
+A *strategy* (a branch) finds messages of a scope by one criterion and scores each (a
+scope is the asking session, or every session of its user or agent: recency always
+reads the asking session's working memory, the other branches read the whole scope);
 a *profile* is an ordered list of strategies, with their limits and thresholds, plus the
 function that combines what they found. ``[retrieval] profile`` names the profile:
 
     tri-hybrid   recency (last N turns of working memory)
                + importance (importance ≥ threshold, newest first)
                + semantic (cosine to the query > threshold, best first)
+               + lexical, only while embedding is behind: the turns without a vector yet
+                 that match the query's words (BM25), so they are not simply missing
     recall       recency (a few last turns) + importance (a few)
                + relevance: lexical (BM25) and semantic evidence fused, with the turn
                  after each match (see :mod:`producers.fusion`), filling what is left
@@ -19,13 +23,14 @@ a class with ``name`` and ``find``, and a new profile is one entry in :data:`PRO
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from memq.config import RetrievalConfig
 from memq.errors import ConfigError
-from producers import fusion
-from producers.messages import Message, chronological_key
+from memq.producers import fusion
+from memq.store.read.messages import Message, chronological_key
+from memq.store.read.scope import Scope
 
 
 @dataclass(frozen=True)
@@ -44,37 +49,49 @@ class Hit:
 
 
 class Sources(Protocol):
-    """What strategies may read; every method takes an already validated session id."""
+    """What strategies may read; sessions and scopes are already validated and resolved."""
 
     def recent(self, session_id: str, limit: int) -> list[Message]:
-        """The last ``limit`` turns (working memory), oldest first."""
+        """The session's last ``limit`` turns (working memory), oldest first."""
         ...
 
-    def important(self, session_id: str, threshold: float, limit: int) -> list[Message]:
+    def important(self, scope: Scope, threshold: float, limit: int) -> list[Message]:
         """Up to ``limit`` turns with importance ≥ ``threshold``, newest first."""
         ...
 
     def similar(
-        self, session_id: str, query: str, threshold: float, limit: int
+        self, scope: Scope, query: str, threshold: float, limit: int
     ) -> list[tuple[Message, float]]:
         """Up to ``limit`` turns with cosine to ``query`` > ``threshold``, best first."""
         ...
 
     def similar_scores(
-        self, session_id: str, query: str, threshold: float, limit: int
+        self, scope: Scope, query: str, threshold: float, limit: int, *, keys: bool = False
     ) -> list[tuple[str, float]]:
-        """Like :meth:`similar`, ids and cosines only (no rows read)."""
+        """Like :meth:`similar`, ids and cosines only (no rows read); ``keys``: scored by
+        the turns' contextual keys (see :mod:`store.read.neighbourhoods`)."""
         ...
 
-    def lexical(self, session_id: str, query: str, limit: int) -> list[tuple[Message, float]]:
+    def lexical(self, scope: Scope, query: str, limit: int) -> list[tuple[Message, float]]:
         """Up to ``limit`` turns matching the query's words, best BM25 score first."""
         ...
 
-    def lexical_scores(self, session_id: str, query: str, limit: int) -> list[tuple[str, float]]:
+    def lexical_scores(self, scope: Scope, query: str, limit: int) -> list[tuple[str, float]]:
         """Ids and BM25 scores of up to ``limit`` turns matching the query, best first."""
         ...
 
-    def similarities(self, session_id: str, query: str, ids: Iterable[str]) -> dict[str, float]:
+    def lexical_waiting(
+        self, scope: Scope, query: str, limit: int
+    ) -> list[tuple[Message, float]]:
+        """Up to ``limit`` turns without a vector yet that match the query, best first."""
+        ...
+
+    def waiting_for_vectors(self, scope: Scope) -> int:
+        """How many turns of the scope have no vector yet (embedding is behind)."""
+        ...
+
+    def similarities(self, scope: Scope, query: str, ids: Iterable[str],
+                     *, keys: bool = False) -> dict[str, float]:
         """Cosine of the query to each of ``ids`` that has a vector."""
         ...
 
@@ -82,12 +99,17 @@ class Sources(Protocol):
         """The committed turns with these ids (any order; unknown ids are left out)."""
         ...
 
-    def semantic_moments(self, session_id: str, query: str) -> tuple[float, float] | None:
-        """Mean and standard deviation of the query's cosine over the session's turns."""
+    def semantic_moments(self, scope: Scope, query: str,
+                         *, keys: bool = False) -> tuple[float, float] | None:
+        """Mean and standard deviation of the query's cosine over the scope's turns."""
         ...
 
-    def following(self, session_id: str, ids: Iterable[str]) -> dict[str, Message]:
-        """The turn right after each of ``ids`` in the session (id -> next turn)."""
+    def following(self, scope: Scope, ids: Iterable[str]) -> dict[str, Message]:
+        """The turn right after each of ``ids`` in its own session (id -> next turn)."""
+        ...
+
+    def rerank_scores(self, query: str, texts: Sequence[str]) -> list[float] | None:
+        """A cross-encoder's score of each (query, text); None when there is none."""
         ...
 
 
@@ -95,7 +117,7 @@ class Strategy(Protocol):
     @property
     def name(self) -> str: ...
 
-    def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]: ...
+    def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]: ...
 
 
 @dataclass(frozen=True)
@@ -105,8 +127,8 @@ class Recency:
     limit: int
     name: str = "recency"
 
-    def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]:
-        turns = sources.recent(session_id, self.limit)
+    def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
+        turns = sources.recent(scope.session_id, self.limit)
         return [Hit(m, float(len(turns) - i)) for i, m in enumerate(turns)]
 
 
@@ -118,10 +140,10 @@ class Importance:
     limit: int
     name: str = "importance"
 
-    def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]:
+    def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
         if self.limit <= 0:
             return []
-        found = sources.important(session_id, self.threshold, self.limit)
+        found = sources.important(scope, self.threshold, self.limit)
         return [Hit(m, m.importance) for m in found]
 
 
@@ -133,10 +155,10 @@ class Semantic:
     limit: int
     name: str = "semantic"
 
-    def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]:
+    def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
         if query is None or self.limit <= 0:
             return []
-        found = sources.similar(session_id, query, self.threshold, self.limit)
+        found = sources.similar(scope, query, self.threshold, self.limit)
         return [Hit(m, score) for m, score in found]
 
 
@@ -147,10 +169,30 @@ class Lexical:
     limit: int
     name: str = "lexical"
 
-    def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]:
+    def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
         if query is None or self.limit <= 0:
             return []
-        return [Hit(m, score) for m, score in sources.lexical(session_id, query, self.limit)]
+        return [Hit(m, score) for m, score in sources.lexical(scope, query, self.limit)]
+
+
+@dataclass(frozen=True)
+class LexicalWhileBehind:
+    """While embedding is behind, the turns without a vector that match the query's words
+    (BM25, best first): the semantic branch cannot see them. Nothing once all are embedded.
+    """
+
+    limit: int
+    name: str = "lexical"
+
+    def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
+        if query is None or self.limit <= 0:
+            return []
+        found = sources.lexical_waiting(scope, query, self.limit)
+        return [Hit(m, score) for m, score in found]
+
+
+SEMANTIC_BRANCHES = frozenset({"semantic", "relevance"})
+"""Branches that search by meaning, and so see only turns that have a vector."""
 
 
 LEXICAL_EVIDENCE = 1000
@@ -165,7 +207,9 @@ class Relevance:
     Each kind of evidence gives up to ``candidates`` turns (semantic ones at least
     ``min_z`` standard deviations above the session's mean cosine); the successors of
     the best ``limit`` are looked up, and the best ``limit`` turns are returned, best
-    first. Scores and rules: :mod:`producers.fusion`.
+    first. Scores and rules: :mod:`producers.fusion`. With ``contextual``, the semantic
+    evidence is the query's score against each turn's contextual key (the turn mixed with
+    its neighbours, :mod:`store.read.neighbourhoods`) rather than the turn alone.
     """
 
     limit: int
@@ -173,36 +217,55 @@ class Relevance:
     lexical_weight: float
     min_z: float
     neighbour_share: float
+    contextual: bool = False
+    rerank: int = 0
+    """How many of the best fused turns a cross-encoder orders, if there is one."""
     name: str = "relevance"
 
-    def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]:
+    def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
         if query is None or self.limit <= 0:
             return []
-        ranked = self._fused(sources, session_id, query)
+        ranked = self._fused(sources, scope, query)
         turns: dict[str, Message] = {}
         if self.neighbour_share > 0:
-            after = sources.following(session_id, [c.id for c in ranked[: self.limit]])
+            after = sources.following(scope, [c.id for c in ranked[: self.limit]])
             turns = {m.id: m for m in after.values()}
             following = {mid: m.id for mid, m in after.items()}
             ranked = fusion.with_neighbours(ranked, following, self.neighbour_share)
+        if self.rerank > 0:
+            ranked = self._reranked(sources, query, ranked, turns)
         best = ranked[: self.limit]
         turns.update((m.id, m) for m in sources.messages([c.id for c in best
                                                            if c.id not in turns]))
         return [Hit(turns[c.id], c.fused, c.scores(), c.branches, c.neighbour_of)
                 for c in best if c.id in turns]  # (a turn deleted meanwhile is skipped)
 
-    def _fused(self, sources: Sources, session_id: str, query: str) -> list[fusion.Candidate]:
+    def _reranked(self, sources: Sources, query: str, ranked: list[fusion.Candidate],
+                  turns: dict[str, Message]) -> list[fusion.Candidate]:
+        """The best ``rerank`` candidates in the cross-encoder's order, then the rest."""
+        top, rest = ranked[: self.rerank], ranked[self.rerank:]
+        turns.update((m.id, m) for m in sources.messages([c.id for c in top
+                                                           if c.id not in turns]))
+        top = [c for c in top if c.id in turns]
+        scores = sources.rerank_scores(query, [turns[c.id].content for c in top])
+        if scores is None:
+            return ranked
+        scored = [replace(c, rerank=s) for c, s in zip(top, scores, strict=True)]
+        return sorted(scored, key=lambda c: (-(c.rerank or 0.0), c.id)) + rest
+
+    def _fused(self, sources: Sources, scope: Scope, query: str) -> list[fusion.Candidate]:
         """The candidates of both kinds, each with all the evidence there is for it."""
-        bm25 = sources.lexical_scores(session_id, query, LEXICAL_EVIDENCE)
-        moments = sources.semantic_moments(session_id, query)
+        bm25 = sources.lexical_scores(scope, query, LEXICAL_EVIDENCE)
+        keys = self.contextual
+        moments = sources.semantic_moments(scope, query, keys=keys)
         cosine: dict[str, float] = {}
         if moments is not None:
             threshold = moments[0] + self.min_z * moments[1]
-            cosine = dict(sources.similar_scores(session_id, query, threshold,
-                                                 self.candidates))
+            cosine = dict(sources.similar_scores(scope, query, threshold, self.candidates,
+                                                 keys=keys))
         lexical_only = [mid for mid, _ in bm25[: self.candidates] if mid not in cosine]
         candidates = [*cosine, *lexical_only]
-        cosine.update(sources.similarities(session_id, query, lexical_only))
+        cosine.update(sources.similarities(scope, query, lexical_only, keys=keys))
         return fusion.fuse(candidates, dict(bm25), cosine, moments,
                            self.lexical_weight, self.min_z)
 
@@ -267,6 +330,16 @@ class Profile:
     strategies: tuple[Strategy, ...]
     combine: Combiner = union
 
+    @property
+    def contextual(self) -> bool:
+        """Whether a branch reads the turns' contextual keys (the cache must hold them)."""
+        return any(getattr(s, "contextual", False) for s in self.strategies)
+
+    @property
+    def searches_meaning(self) -> bool:
+        """Whether a branch searches by meaning (and is partial while embedding is behind)."""
+        return any(s.name in SEMANTIC_BRANCHES for s in self.strategies)
+
 
 def tri_hybrid(config: RetrievalConfig) -> Profile:
     return Profile(
@@ -275,6 +348,7 @@ def tri_hybrid(config: RetrievalConfig) -> Profile:
             Recency(config.recency_limit),
             Importance(config.importance_threshold, config.importance_limit),
             Semantic(config.semantic_threshold, config.semantic_limit),
+            LexicalWhileBehind(config.semantic_limit),
         ),
     )
 
@@ -287,7 +361,9 @@ def recall(config: RetrievalConfig) -> Profile:
             Recency(min(config.recall_recency_limit, budget)),
             Importance(config.importance_threshold, config.recall_importance_limit),
             Relevance(budget, config.recall_candidates, config.recall_lexical_weight,
-                      config.recall_min_z, config.recall_neighbour_share),
+                      config.recall_min_z, config.recall_neighbour_share,
+                      contextual=config.recall_context_weight > 0,
+                      rerank=config.reranker_candidates if config.reranker_dir else 0),
         ),
         budgeted(budget),
     )

@@ -5,89 +5,50 @@ error raised to the caller at once and nothing is sent. The writer computes the 
 from the event, and keeps one pending run per active task in rq-scheduler.
 
 Read-your-writes: like every write, ``schedule_task`` returns before the writer has
-committed, while ``pause_task`` / ``resume_task`` / ``delete_task`` / ``tasks`` look at
-committed state. Call ``flush()`` between scheduling a task and acting on it, or its id
-is not found yet.
+committed, and ``task`` / ``tasks`` (so ``pause_task``, ``resume_task``, ``delete_task``)
+show this client's own uncommitted schedules, pauses, resumes and deletions over what is
+committed (``producers/pending.py``): a task can be paused right after it is scheduled,
+without a ``flush()``. Until the writer commits it, such a task's ``next_run_at`` is the
+one the writer will compute, and ``created_at`` is the client's clock.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import Any
 
-import apsw
-
+from memq import authority
 from memq.clock import now_utc, to_rfc3339, uuid7
-from memq.errors import NotFound, ScheduleError, ValidationError
-from memq.events import EventType, check_identifier
+from memq.cron import first_run
+from memq.errors import NotFound, PermissionDenied, ScheduleError, ValidationError
+from memq.events import Event, EventType, check_identifier
+from memq.printable import shown
+from memq.producers.mixin import ClientBase, SyncClientBase, check_flag
+from memq.producers.ops import AskRole, Op, Read
 from memq.schedule import parse_schedule
-
-if TYPE_CHECKING:
-    from memq.config import Config
-    from store.reader import ReadPool
-
-_COLUMNS = ("id, name, original_schedule, cron_expr, prompt, source, is_oneshot, is_paused, "
-            "is_trusted, tz, next_run_at, last_run_at, created_at, updated_at")
+from memq.store.read import tasks as stored
+from memq.store.read.tasks import Task
 
 
-@dataclass(frozen=True)
-class Task:
-    """One scheduled task as the writer last committed it; times are UTC RFC3339."""
+class TasksOps(ClientBase):
+    """The scheduled-task operations (``producers/ops.py``) both clients run."""
 
-    id: str
-    name: str
-    schedule: str
-    cron_expr: str
-    prompt: str
-    source: str
-    is_oneshot: bool
-    is_paused: bool
-    is_trusted: bool
-    tz: str
-    next_run_at: str | None
-    last_run_at: str | None
-    created_at: str
-    updated_at: str
-
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> Task:
-        values = list(row)
-        for flag in (6, 7, 8):
-            values[flag] = bool(values[flag])
-        return cls(*values)
-
-
-class TasksMixin:
-    """Scheduled-task methods of :class:`~producers.client.MemoryClient`."""
-
-    if TYPE_CHECKING:
-        config: Config
-        readers: ReadPool
-
-        def _send(self, etype: str, payload: dict[str, Any], *,
-                  session_id: str | None = None, created_at: str | None = None) -> str: ...
-
-    def schedule_task(self, name: str, schedule: str, prompt: str, *, oneshot: bool = False,
-                      trusted: bool = False, tz: str | None = None) -> str:
-        """Schedule ``prompt`` to reach the agents on ``schedule``; returns the task id.
-
-        ``schedule`` is cron or plain English ("weekdays at 8:30am", "in 2 hours"); it is
-        read in ``tz`` (default: ``[scheduler] tz``). A one-time schedule makes a one-shot
-        whatever ``oneshot`` says; ``oneshot=True`` with a repeating one is an error.
-        ``trusted`` tasks' commands skip terminal approval.
-        """
+    def _schedule_task_op(self, name: str, schedule: str, prompt: str, *, oneshot: bool,
+                          trusted: bool, tz: str | None) -> Op[str]:
+        check_flag("trusted", trusted)
+        yield from self._authorize_op(EventType.TASK_SCHEDULED,
+                                      {"trusted": trusted, "source": "tool"})
         check_identifier("name", name)
         _text("schedule", schedule)
         _text("prompt", prompt)
-        _flag("oneshot", oneshot)
-        _flag("trusted", trusted)
+        check_flag("oneshot", oneshot)
         zone = self.config.scheduler.tz if tz is None else _text("tz", tz)
         now = now_utc()
         parsed = parse_schedule(schedule, now=now, tz=zone)
         if oneshot and not parsed.is_oneshot:
             raise ScheduleError(
                 f"oneshot=True needs a one-time schedule such as 'in 2 hours' or 'tomorrow at"
-                f" 9am', but {schedule!r} repeats ({parsed.cron_expr})")
+                f" 9am', but {shown(schedule)} repeats ({parsed.cron_expr})")
         task_id = uuid7()
         payload = {
             "task_id": task_id, "name": name, "schedule": schedule,
@@ -96,46 +57,128 @@ class TasksMixin:
             "run_at": None if parsed.run_at is None else to_rfc3339(parsed.run_at),
         }
         # The writer computes the first run from created_at: the same `now` as the parse.
-        self._send(EventType.TASK_SCHEDULED, payload, created_at=to_rfc3339(now))
+        yield from self._send_op(EventType.TASK_SCHEDULED, payload, created_at=to_rfc3339(now))
         return task_id
 
+    def _pause_task_op(self, task_id: str) -> Op[None]:
+        return self._change_task_op(EventType.TASK_CHANGED, {"task_id": task_id, "paused": True})
+
+    def _resume_task_op(self, task_id: str) -> Op[None]:
+        return self._change_task_op(EventType.TASK_CHANGED,
+                                    {"task_id": task_id, "paused": False})
+
+    def _delete_task_op(self, task_id: str) -> Op[None]:
+        return self._change_task_op(EventType.TASK_DELETED, {"task_id": task_id})
+
+    def _change_task_op(self, etype: str, payload: dict[str, Any]) -> Op[None]:
+        found = yield from self._task_op(payload["task_id"])
+        role = yield AskRole("asking Redis who this client is")
+        reason = authority.target_refusal(role, etype, trusted=found.is_trusted,
+                                          source=found.source)
+        if reason is not None:
+            raise PermissionDenied(reason)
+        yield from self._send_op(etype, payload)
+
+    def _task_op(self, task_id: str) -> Op[Task]:
+        check_identifier("task_id", task_id)
+        pending = [e for e in (yield from self._live_op(TASK_EVENTS))
+                   if e.payload["task_id"] == task_id]
+        found = yield Read(stored.task, (task_id,))
+        tasks = with_pending_tasks([] if found is None else [found], pending)
+        if not tasks:
+            raise NotFound(f"no scheduled task {shown(task_id)}")
+        return tasks[0]
+
+    def _tasks_op(self) -> Op[list[Task]]:
+        pending = yield from self._live_op(TASK_EVENTS)
+        committed = yield Read(stored.tasks)
+        return with_pending_tasks(committed, pending)
+
+
+class TasksMixin(TasksOps, SyncClientBase):
+    """Scheduled-task methods of :class:`~producers.client.MemoryClient`."""
+
+    def schedule_task(self, name: str, schedule: str, prompt: str, *, oneshot: bool = False,
+                      trusted: bool = False, tz: str | None = None) -> str:
+        """Schedule ``prompt`` to reach the agents on ``schedule``; returns the task id.
+
+        ``schedule`` is cron or plain English ("weekdays at 8:30am", "in 2 hours"); it is
+        read in ``tz`` (default: ``[scheduler] tz``). A one-time schedule makes a one-shot
+        whatever ``oneshot`` says; ``oneshot=True`` with a repeating one is an error.
+        ``trusted`` tasks' commands skip terminal approval: only admin may schedule one
+        (:class:`PermissionDenied` for an agent, before anything else is looked at).
+        """
+        return self._run(self._schedule_task_op(name, schedule, prompt, oneshot=oneshot,
+                                                trusted=trusted, tz=tz))
+
     def pause_task(self, task_id: str) -> None:
-        """Stop a task from firing until resumed; :class:`NotFound` for an unknown id."""
-        self.task(task_id)
-        self._send(EventType.TASK_CHANGED, {"task_id": task_id, "paused": True})
+        """Stop a task from firing until resumed; :class:`NotFound` for an unknown id.
+
+        A trusted task, or one from the configuration, is the person's: only admin may
+        pause, resume or delete it (:class:`PermissionDenied`).
+        """
+        self._run(self._pause_task_op(task_id))
 
     def resume_task(self, task_id: str) -> None:
         """Let a paused task fire again; its next run is computed from now."""
-        self.task(task_id)
-        self._send(EventType.TASK_CHANGED, {"task_id": task_id, "paused": False})
+        self._run(self._resume_task_op(task_id))
 
     def delete_task(self, task_id: str) -> None:
         """Delete a task and its pending run; :class:`NotFound` for an unknown id."""
-        self.task(task_id)
-        self._send(EventType.TASK_DELETED, {"task_id": task_id})
+        self._run(self._delete_task_op(task_id))
 
     def task(self, task_id: str) -> Task:
-        """One committed task; :class:`NotFound` if there is none with that id."""
-        check_identifier("task_id", task_id)
-        with self.readers.connection() as conn:
-            row = conn.execute(f"SELECT {_COLUMNS} FROM scheduled_tasks WHERE id = ?",
-                               (task_id,)).fetchone()
-        if row is None:
-            raise NotFound(f"no scheduled task {task_id!r} (a task scheduled a moment ago "
-                           "is found once the writer has committed it: see flush())")
-        return Task.from_row(row)
+        """One task, with this client's own changes; :class:`NotFound` if there is none."""
+        return self._run(self._task_op(task_id))
 
     def tasks(self) -> list[Task]:
-        """Every committed task, by next run (paused ones last), then name."""
-        with self.readers.connection() as conn:
-            return read_tasks(conn)
+        """Every task, with this client's own changes, by next run (paused ones last),
+        then name."""
+        return self._run(self._tasks_op())
 
 
-def read_tasks(conn: apsw.Connection) -> list[Task]:
-    """Every task in the database behind ``conn``, by next run (paused last), then name."""
-    rows = conn.execute(f"""SELECT {_COLUMNS} FROM scheduled_tasks
-                            ORDER BY next_run_at IS NULL, next_run_at, name, id""").fetchall()
-    return [Task.from_row(row) for row in rows]
+TASK_EVENTS = (EventType.TASK_SCHEDULED, EventType.TASK_CHANGED, EventType.TASK_DELETED)
+
+
+def with_pending_tasks(committed: list[Task], pending: list[Event]) -> list[Task]:
+    """``committed`` with the uncommitted task events applied in order, as the writer
+    will apply them, sorted as :func:`store.read.tasks.tasks` sorts."""
+    current = {task.id: task for task in committed}
+    for event in pending:
+        task_id = event.payload["task_id"]
+        if event.type == EventType.TASK_SCHEDULED:
+            current.setdefault(task_id, _scheduled(event))
+        elif event.type == EventType.TASK_DELETED:
+            current.pop(task_id, None)
+        elif task_id in current:
+            current[task_id] = _changed(current[task_id], event)
+    return sorted(current.values(), key=lambda t: (t.next_run_at is None, t.next_run_at or "",
+                                                   t.name, t.id))
+
+
+def _scheduled(event: Event) -> Task:
+    p = event.payload
+    return Task(
+        id=p["task_id"], name=p["name"], schedule=p["schedule"], cron_expr=p["cron_expr"],
+        prompt=p["prompt"], source=p["source"], is_oneshot=p["oneshot"], is_paused=False,
+        is_trusted=p["trusted"], tz=p["tz"], last_run_at=None,
+        next_run_at=first_run(p["cron_expr"], p["tz"], oneshot=p["oneshot"],
+                              run_at=p.get("run_at"), after=event.created_at),
+        created_at=event.created_at, updated_at=event.created_at,
+    )
+
+
+def _changed(task: Task, event: Event) -> Task:
+    """A pause or a resume (what this client sends); a one-shot keeps its one instant."""
+    paused = bool(event.payload.get("paused", task.is_paused))
+    next_run = task.next_run_at
+    if not task.is_oneshot and paused:
+        next_run = None
+    elif not task.is_oneshot and task.is_paused:
+        next_run = first_run(task.cron_expr, task.tz, oneshot=False, run_at=None,
+                             after=event.created_at)
+    return dataclasses.replace(task, is_paused=paused, next_run_at=next_run,
+                               updated_at=event.created_at)
 
 
 def _text(what: str, value: Any) -> str:
@@ -144,8 +187,3 @@ def _text(what: str, value: Any) -> str:
     if not value.strip():
         raise ValidationError(f"{what} must not be empty")
     return value
-
-
-def _flag(what: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValidationError(f"{what} must be True or False, got {value!r:.60}")

@@ -18,6 +18,16 @@ class ConsolidationRequest:
     """None: every session."""
 
 
+@dataclass(frozen=True)
+class Erasure:
+    """A committed forget: what the writer still owes outside the transaction."""
+
+    event_id: str
+    seq: int
+    message_ids: tuple[str, ...]
+    """The messages it erased, whose text RQ jobs may still carry."""
+
+
 @dataclass
 class Effects:
     """What the writer must do once the batch is durable (never before: a rolled-back
@@ -32,17 +42,28 @@ class Effects:
     consolidate: list[ConsolidationRequest] = field(default_factory=list)
     """Consolidation passes requested in this batch."""
 
+    erased: list[Erasure] = field(default_factory=list)
+    """Forgets committed in this batch: the WAL and Redis still hold traces of them."""
+
+    tombstoned: set[int] = field(default_factory=set)
+    """Positions of events of this batch made tombstones in it: they changed nothing."""
+
     def clear(self) -> None:
         self.embed.clear()
         self.tasks_changed.clear()
         self.consolidate.clear()
+        self.erased.clear()
+        self.tombstoned.clear()
 
-    def mark(self) -> tuple[int, frozenset[str], int]:
+    def mark(self) -> tuple[int, frozenset[str], int, int, frozenset[int]]:
         """Where the effects stand now, for :meth:`undo_since` when an event is rolled back."""
-        return len(self.embed), frozenset(self.tasks_changed), len(self.consolidate)
+        return (len(self.embed), frozenset(self.tasks_changed), len(self.consolidate),
+                len(self.erased), frozenset(self.tombstoned))
 
-    def undo_since(self, mark: tuple[int, frozenset[str], int]) -> None:
-        embed, tasks, consolidate = mark
+    def undo_since(self, mark: tuple[int, frozenset[str], int, int, frozenset[int]]) -> None:
+        embed, tasks, consolidate, erased, tombstoned = mark
         del self.embed[embed:]
         self.tasks_changed.intersection_update(tasks)
         del self.consolidate[consolidate:]
+        del self.erased[erased:]
+        self.tombstoned.intersection_update(tombstoned)

@@ -1,30 +1,56 @@
-"""Upgrade from the legacy layout: one ``message.imported`` event per legacy row.
+"""Upgrade from the seed's layout: every row of its five tables becomes one event.
 
-The legacy table is renamed ``legacy_messages`` and kept: nothing is dropped. Event ids
-are derived from the row ids (UUIDv5), so an interrupted upgrade (rolled back whole) or a
-repeated one cannot import a row twice.
+The seed kept its state in ``messages``, ``facts``, ``macros``, ``scheduled_tasks`` and
+``terminal_allowed_prefixes``, with no event log. The schema migrations rename each of
+them ``legacy_<name>`` (kept, never dropped), then import them:
+
+=============================  ==================  ====================================
+legacy table                   event               kept
+=============================  ==================  ====================================
+``messages``                   message.imported    every column (importance, embedding,
+                                                   embedding_error, consolidated_at...)
+``facts``                      fact.imported       id, source, created_at, updated_at
+``macros``                     macro.imported      id, confidence, used_count, next_args,
+                                                   created_at, updated_at
+``scheduled_tasks``            task.imported       schedule, cron, paused, trusted,
+                                                   one-shot, next_run_at, last_run_at...
+``terminal_allowed_prefixes``  prefix.allowed      the approval (and its created_at)
+=============================  ==================  ====================================
+
+Event ids are derived from the table and the row's key (UUIDv5), so an interrupted
+upgrade (the migrations run in one transaction, rolled back whole) or a repeated one
+cannot import a row twice. A row memq cannot take (an unknown role, a task id RQ cannot
+carry, a time that is not a time) stops the upgrade with a :class:`MigrationError`
+naming the row and the problem; the database is left as it was, so fix or delete that
+row in the seed's own table and migrate again. Times are stored in memq's form
+(RFC3339, UTC); a text without an offset in SQLite's own ``YYYY-MM-DD HH:MM:SS`` form,
+which ``CURRENT_TIMESTAMP`` writes, is UTC. Legacy tasks had no time zone: their cron
+expressions are read in UTC.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
+from datetime import UTC, datetime
 from typing import Any
 
 import apsw
 
-from memq.clock import normalize_rfc3339, now_rfc3339
+from memq.approvals import normalize_prefix
+from memq.clock import normalize_rfc3339, now_rfc3339, to_rfc3339
 from memq.config import DEFAULT_MODEL_NAME, LimitsConfig
 from memq.errors import MigrationError, ValidationError
-from memq.events import Event, EventType, check_payload
-from store.effects import Effects
-from store.projections import record_event
-from store.vectors import FLOAT32_LE
+from memq.events import Event, EventType, checked_payload
+from memq.store.effects import Effects
+from memq.store.projections import record_event
+from memq.store.vectors import FLOAT32_LE
 
-ImportProgress = Callable[[int, int], None]
-"""Called with (rows imported so far, rows in total)."""
+ImportProgress = Callable[[str, int, int], None]
+"""Called with (legacy table, its rows imported so far, its rows in total)."""
 
 import_progress: ContextVar[ImportProgress | None] = ContextVar("import_progress", default=None)
 """Set by ``memq migrate`` to draw a progress bar; migrations take only a cursor."""
@@ -34,49 +60,129 @@ PROGRESS_EVERY = 1000
 
 LEGACY_NAMESPACE = uuid.UUID("5b0f3c52-9a3e-4c1e-8f1e-6d2a4f0c7b11")
 
+LEGACY_TABLES = ("messages", "facts", "macros", "scheduled_tasks", "terminal_allowed_prefixes")
+"""The seed's tables, in the order they are imported."""
+
+LEGACY_TZ = "UTC"
+"""The seed's tasks had no time zone column; their cron expressions are read in UTC."""
+
 # Legacy rows were written without memq's limits; do not refuse a long old message.
 _IMPORT_LIMITS = LimitsConfig(max_content_bytes=1 << 30, max_payload_bytes=1 << 31)
 
+_SQLITE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
 
-def legacy_event_id(row_id: str) -> str:
-    return str(uuid.uuid5(LEGACY_NAMESPACE, f"legacy-message:{row_id}"))
+RowEvent = Callable[[dict[str, Any], str], Event]
+"""Turns one legacy row (column -> value) into its event; the second argument is now."""
+
+
+def legacy_table(name: str) -> str:
+    return f"legacy_{name}"
+
+
+def legacy_event_id(row_id: str, table: str = "messages") -> str:
+    """The event id of one legacy row: the same on every run of the upgrade."""
+    kind = "message" if table == "messages" else table
+    return str(uuid.uuid5(LEGACY_NAMESPACE, f"legacy-{kind}:{row_id}"))
 
 
 def import_legacy_messages(cur: apsw.Cursor) -> int:
     """Turn every row of ``legacy_messages`` into an event and its projection row."""
-    columns = [r[1] for r in cur.execute("PRAGMA table_info(legacy_messages)")]
-    rows = cur.execute(f"SELECT {', '.join(columns)} FROM legacy_messages ORDER BY rowid")
+    return import_table(cur, "messages")
+
+
+def import_legacy_tables(cur: apsw.Cursor) -> int:
+    """Import the seed's other four tables, those that are there; returns the events."""
+    return sum(import_table(cur, table) for table in LEGACY_TABLES[1:])
+
+
+def import_table(cur: apsw.Cursor, table: str) -> int:
+    """Record one event per row of ``legacy_<table>`` (if there is one), in rowid order."""
+    source = legacy_table(table)
+    if not _has_table(cur, source):
+        return 0
+    columns = [str(r[1]) for r in cur.execute(f"PRAGMA table_info({source})")]
+    rows = cur.execute(f"SELECT {', '.join(columns)} FROM {source} ORDER BY rowid").fetchall()
     recorded_at = now_rfc3339()
-    effects = Effects()  # embed jobs for these rows come from the writer's reconcile pass
-    count = 0
-    values_list = rows.fetchall()
+    effects = Effects()  # jobs for these rows come from the writer's reconcile passes
     report = import_progress.get()
-    for done, values in enumerate(values_list, 1):
-        event = _row_event(dict(zip(columns, values, strict=True)))
-        count += record_event(cur, event, recorded_at, effects)
-        if report is not None and (done % PROGRESS_EVERY == 0 or done == len(values_list)):
-            report(done, len(values_list))
+    count = 0
+    for done, values in enumerate(rows, 1):
+        row = dict(zip(columns, values, strict=True))
+        count += _record(cur, table, row, _row_event(table, row, recorded_at), recorded_at,
+                         effects)
+        if report is not None and (done % PROGRESS_EVERY == 0 or done == len(rows)):
+            report(table, done, len(rows))
     return count
 
 
-def _row_event(row: dict[str, Any]) -> Event:
-    row_id = str(row["id"])
-    payload = _payload(row)
+def _row_event(table: str, row: dict[str, Any], now: str) -> Event:
     try:
-        check_payload(EventType.MESSAGE_IMPORTED, payload, _IMPORT_LIMITS)
-        created_at = normalize_rfc3339(str(row.get("created_at")))
-    except ValidationError as exc:
-        raise MigrationError(f"legacy message {row_id} cannot be imported: {exc}") from exc
-    return Event(
-        id=legacy_event_id(row_id),
-        type=EventType.MESSAGE_IMPORTED,
-        session_id=str(row["session_id"]),
-        created_at=created_at,
-        payload=payload,
+        return _ROW_EVENTS[table](row, now)
+    except KeyError as exc:  # a column the seed documents is not there
+        raise _unimportable(table, row, f"it has no column {exc}") from exc
+    except (TypeError, ValueError) as exc:  # e.g. an importance that is not a number
+        raise _unimportable(table, row, exc) from exc
+
+
+def _record(cur: apsw.Cursor, table: str, row: dict[str, Any], event: Event,
+            recorded_at: str, effects: Effects) -> int:
+    try:
+        return int(record_event(cur, event, recorded_at, effects))
+    except ValidationError as exc:  # the applier refused it: an InvalidEvent
+        raise _unimportable(table, row, exc) from exc
+
+
+def _unimportable(table: str, row: dict[str, Any], problem: object) -> MigrationError:
+    key = row.get("id", row.get("prefix"))
+    what = {"messages": "message", "facts": "fact", "macros": "macro",
+            "scheduled_tasks": "task", "terminal_allowed_prefixes": "approval"}[table]
+    return MigrationError(
+        f"legacy {what} {key} cannot be imported: {problem} (the upgrade was rolled back: "
+        f"fix or delete that row in {table}, then migrate again)"
     )
 
 
-def _payload(row: dict[str, Any]) -> dict[str, Any]:
+def _event(table: str, row: dict[str, Any], etype: str, payload: dict[str, Any], *,
+           created_at: str, session_id: str | None = None, key: str | None = None) -> Event:
+    try:
+        payload = checked_payload(etype, payload, _IMPORT_LIMITS)
+    except ValidationError as exc:
+        raise _unimportable(table, row, exc) from exc
+    return Event(id=legacy_event_id(str(row["id"]) if key is None else key, table),
+                 type=etype, session_id=session_id, created_at=created_at, payload=payload)
+
+
+def legacy_time(value: Any, what: str) -> str:
+    """A legacy timestamp in memq's form: RFC3339, or SQLite's offset-less UTC text."""
+    text = str(value) if value is not None else ""
+    if _SQLITE_TIME.fullmatch(text):
+        return to_rfc3339(datetime.fromisoformat(text).replace(tzinfo=UTC))
+    return normalize_rfc3339(text, what=what)
+
+
+def _times(table: str, row: dict[str, Any], *names: str) -> dict[str, Any]:
+    """The named timestamp columns of ``row`` in memq's form; NULL stays NULL."""
+    times = {}
+    for name in names:
+        try:
+            times[name] = None if row.get(name) is None else legacy_time(row[name], name)
+        except ValidationError as exc:
+            raise _unimportable(table, row, exc) from exc
+    return times
+
+
+# -- messages -----------------------------------------------------------------------------
+
+
+def _message_event(row: dict[str, Any], now: str) -> Event:
+    times = _times("messages", row, "created_at", "consolidated_at")
+    payload = {**_message_payload(row), **times}
+    return _event("messages", row, EventType.MESSAGE_IMPORTED, payload,
+                  created_at=times["created_at"] or now, session_id=str(row["session_id"]))
+
+
+def _message_payload(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's columns but its timestamps (:func:`_times` reads those)."""
     embedding = row.get("embedding")
     payload: dict[str, Any] = {
         "message_id": str(row["id"]),
@@ -86,9 +192,7 @@ def _payload(row: dict[str, Any]) -> dict[str, Any]:
         "tool_call_id": row.get("tool_call_id"),
         "tool_name": row.get("tool_name"),
         "tool_calls_json": row.get("tool_calls_json"),
-        "created_at": str(row["created_at"]),
         "embedding_error": row.get("embedding_error"),
-        "consolidated_at": row.get("consolidated_at"),
     }
     if isinstance(embedding, str):
         payload["embedding_json"] = embedding
@@ -99,3 +203,75 @@ def _payload(row: dict[str, Any]) -> dict[str, Any]:
         # The legacy system embedded with the same model memq defaults to.
         payload["embedding_model"] = DEFAULT_MODEL_NAME
     return payload
+
+
+# -- facts, macros, tasks, approvals ------------------------------------------------------
+
+
+def _fact_event(row: dict[str, Any], now: str) -> Event:
+    times = _times("facts", row, "created_at", "updated_at")
+    payload = {"fact_id": row["id"], "category": row["category"], "key": row["key"],
+               "value": row["value"], "source": row["source"], **times}
+    return _event("facts", row, EventType.FACT_IMPORTED, payload,
+                  created_at=times["updated_at"] or now)
+
+
+def _macro_event(row: dict[str, Any], now: str) -> Event:
+    times = _times("macros", row, "created_at", "updated_at")
+    payload = {
+        "macro_id": row["id"], "trigger_tool": row["trigger_tool"],
+        "trigger_args_pattern": row["trigger_args_pattern"], "next_tool": row["next_tool"],
+        "next_args": row.get("next_args"),
+        "confidence": 0.0 if row.get("confidence") is None else row["confidence"],
+        "used_count": 0 if row.get("used_count") is None else row["used_count"], **times,
+    }
+    return _event("macros", row, EventType.MACRO_IMPORTED, payload,
+                  created_at=times["updated_at"] or now)
+
+
+def _task_event(row: dict[str, Any], now: str) -> Event:
+    times = _times("scheduled_tasks", row, "next_run_at", "last_run_at", "created_at",
+                   "updated_at")
+    payload = {
+        "task_id": None if row["id"] is None else str(row["id"]), "name": row["name"],
+        "schedule": row["original_schedule"], "cron_expr": row["cron_expr"],
+        "prompt": row["prompt"], "source": row["source"], "tz": row.get("tz") or LEGACY_TZ,
+        **{flag: _flag(row.get(f"is_{flag}")) for flag in ("oneshot", "paused", "trusted")},
+        **times,
+    }
+    return _event("scheduled_tasks", row, EventType.TASK_IMPORTED, payload,
+                  created_at=times["updated_at"] or now)
+
+
+def _prefix_event(row: dict[str, Any], now: str) -> Event:
+    try:
+        prefix = normalize_prefix(row["prefix"])
+    except ValidationError as exc:
+        raise _unimportable("terminal_allowed_prefixes", row, exc) from exc
+    created_at = _times("terminal_allowed_prefixes", row, "created_at").get("created_at")
+    return _event("terminal_allowed_prefixes", row, EventType.PREFIX_ALLOWED,
+                  {"prefix": prefix}, created_at=created_at or now, key=str(row["prefix"]))
+
+
+def _flag(value: Any) -> Any:
+    """SQLite's 0/1 (or NULL, the column default of 0) as a bool; anything else is left
+    for the schema to refuse."""
+    if value is None or value in (0, 1):
+        return bool(value)
+    return value
+
+
+_ROW_EVENTS: dict[str, RowEvent] = {
+    "messages": _message_event,
+    "facts": _fact_event,
+    "macros": _macro_event,
+    "scheduled_tasks": _task_event,
+    "terminal_allowed_prefixes": _prefix_event,
+}
+
+
+def _has_table(cur: apsw.Cursor, name: str) -> bool:
+    row = cur.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone()
+    return row is not None

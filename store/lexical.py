@@ -1,79 +1,82 @@
-"""Lexical search over message content: the ``messages_fts`` index, ranked by BM25.
+"""The lexical index of message content, ``messages_fts`` (searched in ``read/lexical.py``).
 
 The appliers that insert messages call :func:`index` in the writer's transaction, so the
-index and ``messages`` never disagree (migration ``0007_fts`` indexed what was there
-before; an applier that ever deletes messages calls :func:`unindex`).
-
-A query is turned into an FTS5 expression the user cannot steer: its words are extracted
-with a regular expression, common English function words are dropped (unless nothing
-else is left), and each remaining word is quoted, so ``"``, ``*``, ``^``, parentheses,
-``NEAR``, ``AND``, ``OR`` and ``NOT`` in a question are just text. The words
-are OR-ed, so a turn matching any of them is a candidate, and BM25 ranks turns that
-match more, and rarer, words first. The index stems English words (Porter), so "painted"
-finds "paint".
-
-BM25's statistics (how rare a word is, how long a turn is) are those of the whole
-database, while the match is restricted to one session inside FTS5, by a session token.
+index and ``messages`` never disagree (migration ``0021_fts_external_content`` indexed
+what was there before; an applier that deletes messages calls :func:`unindex` first).
+Besides the content, each message has one token for its session, its user and its agent,
+so a search stays inside its scope in FTS5. The index keeps no copy of the text: it reads
+it from ``messages`` through the view ``messages_fts_source``, which makes the same
+tokens as :func:`index` (an external-content table; :func:`check` verifies they agree).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-from typing import cast
+import math
+from collections.abc import Callable, Iterable, Sequence
 
 import apsw
+import orjson
 
-from store import bulk
-
-MAX_TERMS = 32
-"""A query's first this many distinct words are searched (a long query stays cheap)."""
-
-BM25_WEIGHTS = (1.0, 0.0)
-"""Per column of ``messages_fts``: content counts, the session token does not."""
-
-_WORD = re.compile(r"[^\W_]+")
-STOPWORDS = frozenset(re.split(
-    r"\s+",
-    """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing done down during each either
-    else ever few for from further had has have having he her here hers herself him himself
-    his how i if in into is it its itself just me more most my myself no nor not now of off
-    on once only or other our ours ourselves out over own same she should so some such than
-    that the their theirs them themselves then there these they this those through to too
-    under until up us very was we were what when where which while who whom whose why will
-    with would you your yours yourself yourselves""",
-))
-"""English function words: they match most turns and say little about any."""
-
-_SEARCH = """
-    SELECT m.id, -bm25(messages_fts, ?, ?) AS score
-    FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid
-    WHERE messages_fts MATCH ?
-    ORDER BY score DESC, m.seq DESC
-    LIMIT ?"""
-
+from memq.store.write import bulk
 
 _INDEX = f"""
-    INSERT INTO messages_fts (rowid, content, session)
-    SELECT {bulk.select_columns(3)} FROM json_each(?1)"""
+    INSERT INTO messages_fts (rowid, content, session, user, agent)
+    SELECT {bulk.select_columns(5)} FROM json_each(?1)"""
+
+Indexed = tuple[int, str, str, str | None, str | None]
+"""A message to index: (seq, session_id, content, user_id, agent_id)."""
 
 
-def index(cur: apsw.Cursor, rows: Iterable[tuple[int, str, str]]) -> None:
-    """Index messages given as (seq, session_id, content), in the caller's transaction."""
+def index(cur: apsw.Cursor, rows: Iterable[Indexed]) -> None:
+    """Index messages, in the caller's transaction."""
+    bulk.insert(cur, _INDEX, (
+        (seq, content, session_token(session_id), _optional(user_token, user_id),
+         _optional(agent_token, agent_id))
+        for seq, session_id, content, user_id, agent_id in rows))
+
+
+IN_PLACE_SHARE = 0.01
+"""Unindexing at most this share of the indexed messages deletes their words in place;
+more, and the whole index is merged once instead (see :func:`unindex`)."""
+
+_COUNT_UP_TO = "SELECT count(*) FROM (SELECT 1 FROM messages LIMIT ?)"
+_DELETE = "DELETE FROM messages_fts WHERE rowid IN (SELECT value FROM json_each(?))"
+_SECURE_DELETE = "INSERT INTO messages_fts (messages_fts, rank) VALUES ('secure-delete', ?)"
+
+
+def unindex(cur: apsw.Cursor, seqs: Sequence[int]) -> None:
+    """Take messages (by seq) out of the index, leaving none of their words in it.
+
+    Call it while the messages are still in ``messages``: the index reads their text back
+    (through ``messages_fts_source``) to find their words. A few messages are deleted in
+    place (FTS5's 'secure-delete', on by default for this table): ~0.5-1.5 ms a message
+    here, whatever the index's size. Rewriting the whole index ('optimize') costs ~0.1 s
+    per 30,000 indexed messages: so beyond IN_PLACE_SHARE of them (a user's history, a
+    retention pass) the words are dropped by merging the index into one segment, with
+    'secure-delete' off for those deletes, which would otherwise do the work twice.
+    """
+    if not seqs:
+        return
+    # Counted only as far as the answer needs (one row past the share's bound): forgetting
+    # one message reads ~100 rows, not every message of a large database.
+    bound = math.ceil(len(seqs) / IN_PLACE_SHARE) + 1 if IN_PLACE_SHARE > 0 else 0
+    (indexed,) = cur.execute(_COUNT_UP_TO, (bound,)).fetchone() or (0,)
+    in_place = len(seqs) <= IN_PLACE_SHARE * int(indexed)
+    if not in_place:
+        cur.execute(_SECURE_DELETE, (0,))
+    cur.execute(_DELETE, (orjson.dumps(list(seqs)).decode(),))
+    if not in_place:
+        cur.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+        cur.execute(_SECURE_DELETE, (1,))
+
+
+def check(cur: apsw.Cursor) -> str | None:
+    """FTS5's own check of the index against the messages' text; what it found, if anything."""
     try:
-        bulk.insert(cur, _INDEX, ((seq, content, session_token(session_id))
-                                  for seq, session_id, content in rows))
-    except apsw.SQLError as exc:
-        # Only while migration 0003 imports a legacy database, before 0007 creates the
-        # index (and then indexes every row there is).
-        if "no such table: messages_fts" not in str(exc):
-            raise
-
-
-def unindex(cur: apsw.Cursor, seqs: Iterable[int]) -> None:
-    """Take messages (by seq) out of the index, for an applier that deletes them."""
-    cur.executemany("DELETE FROM messages_fts WHERE rowid = ?", [(seq,) for seq in seqs])
+        cur.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
+    except apsw.Error as exc:  # CorruptError for a mismatch
+        return str(exc)
+    return None
 
 
 def clear(cur: apsw.Cursor) -> None:
@@ -81,43 +84,30 @@ def clear(cur: apsw.Cursor) -> None:
     cur.execute("INSERT INTO messages_fts (messages_fts) VALUES ('delete-all')")
 
 
-def terms(query: str) -> list[str]:
-    """The distinct, case-folded words of ``query`` to search, function words dropped."""
-    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))
-    content = [w for w in words if w not in STOPWORDS]
-    return (content or words)[:MAX_TERMS]
-
-
 def session_token(session_id: str) -> str:
     """The token the index stores for a session: 's', the hex of its UTF-8, 'x'.
 
     Hex alone could be split by the tokenizer or stemmed (it may end in "ed"); no Porter
-    rule strips an 'x'. Migration 0007 computes the same in SQL.
+    rule strips an 'x'. Migrations 0007 and 0013 compute the same in SQL.
     """
-    return f"s{session_id.encode('utf-8', 'surrogatepass').hex().upper()}x"
+    return _token("s", session_id)
 
 
-def match_expression(session_id: str, query: str) -> str | None:
-    """The FTS5 expression for ``query`` within one session; None if it has no words."""
-    words = terms(query)
-    if not words:
-        return None
-    # Inside double quotes FTS5 syntax has no meaning; the words hold no quote anyway.
-    any_word = " OR ".join(f'"{word}"' for word in words)
-    return f'session : "{session_token(session_id)}" AND content : ({any_word})'
+def user_token(user_id: str) -> str:
+    """The token the index stores for a message's user: 'u', the hex of its UTF-8, 'x'."""
+    return _token("u", user_id)
 
 
-def search(
-    conn: apsw.Connection, session_id: str, query: str, limit: int
-) -> list[tuple[str, float]]:
-    """Ids of the session's best ``limit`` lexical matches and their BM25 score, best first.
+def agent_token(agent_id: str) -> str:
+    """The token the index stores for a message's agent: 'a', the hex of its UTF-8, 'x'."""
+    return _token("a", agent_id)
 
-    Scores are positive and larger for better matches (FTS5's ``bm25()`` is negated); a
-    tie goes to the newer turn.
-    """
-    expression = match_expression(session_id, query)
-    if expression is None or limit <= 0:
-        return []
-    rows = conn.execute(_SEARCH, (*BM25_WEIGHTS, expression, limit)).fetchall()
-    # The columns are TEXT and REAL by construction; no per-row conversion needed.
-    return cast("list[tuple[str, float]]", rows)
+
+def _token(prefix: str, value: str) -> str:
+    return f"{prefix}{value.encode('utf-8', 'surrogatepass').hex().upper()}x"
+
+
+def _optional(token: Callable[[str], str], value: str | None) -> str | None:
+    return None if value is None else token(value)
+
+

@@ -16,12 +16,12 @@ from typing import Any
 import apsw
 
 from memq.errors import StoreError
-from store import lexical, schema
-from store.connection import open_connection
-from store.effects import Effects
-from store.lock import WriterLock
-from store.log import read_events
-from store.projections import apply_event
+from memq.store import lexical, schema
+from memq.store.connection import open_connection
+from memq.store.effects import Effects
+from memq.store.projections import apply_event
+from memq.store.write.lock import WriterLock
+from memq.store.write.log import read_events
 
 Progress = Callable[[int], None]
 
@@ -41,10 +41,9 @@ def replay(cur: apsw.Cursor, source: apsw.Connection, progress: Progress | None 
 
 def rebuild(db_path: str | os.PathLike[str], progress: Progress | None = None) -> int:
     """Replace every projection with one rebuilt from the log; the writer must be stopped."""
-    with WriterLock(db_path):
-        conn = open_connection(db_path)
+    with WriterLock(db_path, doing="rebuild"):
+        conn, _ = schema.open_migrated(db_path)
         try:
-            schema.migrate(conn)
             return _rebuild_in_place(conn, progress)
         finally:
             conn.close()
@@ -78,6 +77,7 @@ def check(db_path: str | os.PathLike[str], limit: int = 10) -> list[str]:
             # compared at the same moment even while the writer goes on committing.
             source.execute("BEGIN")
             cur.execute("BEGIN")
+            _copy_erased_messages(source, cur)
             replay(cur, source)
             cur.execute("COMMIT")
             differences = list(itertools.islice(_differences(source, scratch), limit))
@@ -86,6 +86,17 @@ def check(db_path: str | os.PathLike[str], limit: int = 10) -> list[str]:
             scratch.close()
             source.close()
     return differences
+
+
+def _copy_erased_messages(source: apsw.Connection, cur: apsw.Cursor) -> None:
+    """What a rebuild in place keeps (bookkeeping, not a projection): a summary whose
+    sources retention erased is replayed from it (store/projections/consolidation.py), and
+    a turn that followed a forgotten message takes the owner it had from it
+    (store/projections/sessions.py)."""
+    columns = "message_id, erased_by, session_id, created_at, user_id, agent_id, seq"
+    rows = source.execute(f"SELECT {columns} FROM erased_messages").fetchall()
+    cur.executemany(f"INSERT INTO erased_messages ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    rows)
 
 
 def _differences(live: apsw.Connection, rebuilt: apsw.Connection) -> Iterator[str]:

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memq import MemoryClient
 from memq.clock import now_rfc3339, uuid7
 from memq.config import DEFAULT_MODEL_NAME
 from memq.events import Event, EventType
-from producers import MemoryClient
-from store.vectors import to_b64
+from memq.store.vectors import to_b64
 
 
 def embedded_event(message_id: str, vector: np.ndarray, model: str = DEFAULT_MODEL_NAME) -> Event:

@@ -14,12 +14,13 @@ import redis
 from rq_scheduler import Scheduler
 
 from memq import names
-from memq.broker import stream_position
+from memq.broker import caught_up, committed_marks, inbox_marks
 from memq.clock import now_utc, to_rfc3339, uuid7
 from memq.config import Config
 from memq.events import Event, EventType, encode
-from workers import context
-from workers.queues import JSONJob, worker
+from memq.jobs import JSONJob
+from memq.workers import context
+from memq.workers.queues import worker
 
 SCHEDULED_JOBS = Scheduler.scheduled_jobs_key
 
@@ -40,10 +41,12 @@ def event(etype: str, payload: dict[str, Any], created_at: datetime | str | None
                  payload=payload)
 
 
-def push(broker: redis.Redis, *events: Event | bytes) -> None:
+def push(broker: redis.Redis, *events: Event | bytes,
+         stream: str = names.ADMIN_INBOX_STREAM) -> None:
+    """Raw entries on ``stream`` (the admin's by default: any event is allowed there)."""
     for item in events:
         raw = item if isinstance(item, bytes) else encode(item)
-        broker.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
+        broker.xadd(stream, {names.EVENT_FIELD: raw})
 
 
 def eventually(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -59,13 +62,11 @@ def eventually(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -
 
 
 def wait_committed(broker: redis.Redis) -> None:
-    """Until the writer has committed every entry sent to the inbox so far."""
-    info: Any = broker.xinfo_stream(names.INBOX_STREAM)
-    target = stream_position(info["last-generated-id"])
+    """Until the writer has committed every entry sent to the inbox streams so far."""
+    marks = inbox_marks(broker)
 
     def done() -> bool:
-        committed = broker.get(names.COMMITTED_KEY)
-        return committed is not None and stream_position(committed) >= target
+        return caught_up(committed_marks(broker), marks)
 
     eventually(done, "the writer to commit")
 

@@ -13,6 +13,7 @@ point leaves nothing half done, and the chunk is simply selected again by a late
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import asdict
@@ -22,13 +23,12 @@ from rq.exceptions import NoSuchJobError
 
 from memq import names
 from memq.clock import now_rfc3339, now_utc, uuid7
-from memq.config import Config, LimitsConfig
-from memq.errors import InvalidEvent, MemqError, SummariserError, ValidationError
+from memq.config import Config, ConsolidationConfig, EmbedConfig, LimitsConfig, LLMConfig
+from memq.errors import ConfigError, InvalidEvent, MemqError, SummariserError, ValidationError
 from memq.events import Event, EventType, check_identifier, check_payload
 from memq.logs import log
-from workers import context
-from workers.queues import job_function
-from workers.summarise import ChunkMessage, Summary, check, parse_messages, summariser_for
+from memq.workers import context
+from memq.workers.summarise import ChunkMessage, Summariser, Summary, check, parse_messages
 
 logger = logging.getLogger("memq.worker.consolidate")
 
@@ -36,11 +36,17 @@ PERIODIC_JOB_ID = "memq-consolidation-pass"
 """The one periodic job in rq-scheduler that requests a consolidation pass."""
 
 
-@job_function
-def consolidate(session_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """Summarise one chunk and send the result; raises (the job fails) when there is none."""
+def consolidate(
+    session_id: str, messages: list[dict[str, Any]], user_id: str | None = None
+) -> dict[str, Any]:
+    """Summarise one chunk and send the result; raises (the job fails) when there is none.
+
+    The facts the summary proposes are ``user_id``'s (the session's user), or global.
+    """
     ctx = context.current()
     check_identifier("session_id", session_id)
+    if user_id is not None:
+        check_identifier("user_id", user_id)
     chunk = parse_messages(messages)
     started = time.perf_counter()
     summariser = summariser_for(ctx.config.llm, ctx.config.embed, ctx.config.consolidation)
@@ -53,7 +59,7 @@ def consolidate(session_id: str, messages: list[dict[str, Any]]) -> dict[str, An
             session_id=session_id, messages=len(chunk), summariser=summariser.name,
             error=str(exc))
         raise
-    ctx.send([event, *fact_events(event)])
+    ctx.send([event, *fact_events(event, user_id)])
     result = {
         "summary_id": event.payload["summary_id"], "messages": len(chunk),
         "chars_in": sum(len(m.content) for m in chunk), "chars_out": len(content),
@@ -83,16 +89,17 @@ def summary_event(
                  created_at=now_rfc3339(), payload=payload)
 
 
-def fact_events(summary: Event) -> list[Event]:
-    """The summary's proposed facts as ``fact.set`` events from an agent.
+def fact_events(summary: Event, user_id: str | None = None) -> list[Event]:
+    """The summary's proposed facts as ``fact.set`` events from an agent, ``user_id``'s.
 
     Sent as ordinary fact changes, right after the summary, so the facts projection's rule
     holds (a fact the user set is never overwritten) and ``fact_history`` shows them.
     """
+    owner = {} if user_id is None else {"user_id": user_id}
     return [
         Event(id=uuid7(), type=EventType.FACT_SET, session_id=None,
               created_at=summary.created_at,
-              payload={**fact, "source": "agent"})
+              payload={**fact, "source": "agent", **owner})
         for fact in summary.payload.get("facts") or []
     ]
 
@@ -113,7 +120,6 @@ def request_event(min_age_hours: float | None = None, session_id: str | None = N
     return event
 
 
-@job_function
 def request_pass(
     min_age_hours: float | None = None, session_id: str | None = None
 ) -> dict[str, Any]:
@@ -154,3 +160,19 @@ def register_periodic(scheduler: Any, config: Config) -> bool:
         description="request a consolidation pass",
     )
     return True
+
+
+@functools.lru_cache(maxsize=4)
+def summariser_for(
+    llm: LLMConfig, embed: EmbedConfig, consolidation: ConsolidationConfig
+) -> Summariser:
+    """The configured summariser, kept per process so a loaded model stays warm."""
+    if llm.base_url or llm.model:
+        if not (llm.base_url and llm.model):
+            raise ConfigError("[llm] needs both base_url and model, or neither")
+        from memq.workers.llm import LLMSummariser
+
+        return LLMSummariser(llm)
+    from memq.workers.extractive import ExtractiveSummariser
+
+    return ExtractiveSummariser(embed, target_ratio=consolidation.target_ratio)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
-from memq import broker
+from memq import acl, broker
 from memq import config as config_module
+from memq.authority import STREAM_OF_ROLE, Role
 from memq.config import Config
 from memq.events import Event, encode
 from memq.logs import log
@@ -27,6 +28,20 @@ class WorkerContext:
     redis: redis.Redis
     retried: int = 0
     """Attempts to send that met an unreachable Redis and were tried again."""
+    _role: Role | None = field(default=None, repr=False)
+
+    @property
+    def stream(self) -> str:
+        """The inbox stream results go to: the one of the role Redis says this worker has
+        (``memq:inbox:worker`` with memq's ACL users; admin's in one trust domain)."""
+        return broker.retrying(self.config.redis_url, "asking Redis who this worker is",
+                               self._stream_now, retry_for_s=self.config.client.retry_for_s,
+                               on_retry=self._count_retry)
+
+    def _stream_now(self) -> str:
+        if self._role is None:
+            self._role = acl.role_of(self.redis)
+        return STREAM_OF_ROLE[self._role]
 
     def send(self, events: Iterable[Event]) -> int:
         """Send result events to the writer in one round trip; returns how many.
@@ -37,7 +52,7 @@ class WorkerContext:
         raws = [encode(event) for event in events]
         before = self.retried
         broker.retrying(self.config.redis_url, f"sending {len(raws)} result events",
-                        lambda: broker.send_to_inbox(self.redis, raws),
+                        lambda: broker.send_to_inbox(self.redis, raws, self._stream_now()),
                         retry_for_s=self.config.client.retry_for_s,
                         on_retry=self._count_retry)
         if self.retried > before:
@@ -62,5 +77,5 @@ def current() -> WorkerContext:
     global _current
     if _current is None:
         config = config_module.load()
-        _current = WorkerContext(config, broker.connect(config.redis_url))
+        _current = WorkerContext(config, broker.client_for(config))
     return _current

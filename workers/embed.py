@@ -26,8 +26,7 @@ from memq.embedding import Embedder
 from memq.errors import ModelError, ValidationError
 from memq.events import Event, EventType, check_payload
 from memq.logs import log
-from workers import context
-from workers.queues import job_function
+from memq.workers import context
 
 logger = logging.getLogger("memq.worker.embed")
 
@@ -45,7 +44,6 @@ def embedder(config: EmbedConfig) -> Embedder:
     return _embedder
 
 
-@job_function
 def embed_messages(model: str, messages: list[dict[str, Any]]) -> dict[str, int]:
     """Embed ``messages`` ([{message_id, content}]) with ``model``; results go to the writer."""
     started = time.perf_counter()

@@ -20,8 +20,8 @@ import numpy as np
 
 from memq.config import EmbedConfig
 from memq.embedding import Embedder
-from workers.keyterms import content_words, key_terms, split_sentences
-from workers.summarise import ChunkMessage, Summary, stamp
+from memq.workers.keyterms import content_words, key_terms, split_sentences
+from memq.workers.summarise import ChunkMessage, Summary, stamp
 
 MIN_BUDGET = 80
 """Characters a summary text may always use, however small its chunk."""

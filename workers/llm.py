@@ -34,7 +34,7 @@ from memq.config import LLMConfig
 from memq.errors import ConfigError, SummariserError, ValidationError
 from memq.events import check_proposed_fact
 from memq.logs import redact_url
-from workers.summarise import ChunkMessage, Fact, Summary, stamp
+from memq.workers.summarise import ChunkMessage, Fact, Summary, stamp
 
 MAX_RESPONSE_BYTES = 1024 * 1024
 """A larger answer is not a summary of one chunk."""

@@ -13,15 +13,15 @@ persistence) gets them back without a restart of the scheduler.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from rq.exceptions import DeserializationError
-from rq.serializers import JSONSerializer
 from rq_scheduler import Scheduler
 
+from memq.jobs import SERIALIZER, JSONJob
 from memq.logs import log
-from workers.queues import JSONJob
 
 logger = logging.getLogger("memq.scheduler")
 
@@ -40,10 +40,26 @@ class JSONScheduler(Scheduler):  # type: ignore[misc]  # rq-scheduler has no typ
             register(self)
         return super().enqueue_jobs()
 
+    def _install_signal_handlers(self) -> None:
+        """Stop on SIGINT or SIGTERM, with no Redis call inside the handler.
+
+        rq-scheduler's handler registers the scheduler's death and frees its lock from
+        inside the signal handler, that is in the middle of whatever Redis call the loop
+        was making (a connection pool's lock held, a reply not yet read); :meth:`run` does
+        both anyway, in its ``finally``, once the exit unwinds the loop.
+        """
+
+        def stop(signum: int, frame: object) -> NoReturn:
+            self.log.info("Shutting down RQ scheduler...")
+            raise SystemExit
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+
     def get_queue_for_job(self, job: JSONJob) -> Any:
         key = f"{self.queue_class.redis_queue_namespace_prefix}{job.origin}"
         return self.queue_class.from_queue_key(key, connection=self.connection,
-                                               job_class=JSONJob, serializer=JSONSerializer)
+                                               job_class=JSONJob, serializer=SERIALIZER)
 
     def enqueue_job(self, job: JSONJob) -> None:
         try:

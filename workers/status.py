@@ -10,7 +10,7 @@ import redis
 from rq import Worker
 
 from memq import names
-from workers.queues import queue
+from memq.jobs import queue
 
 SCHEDULED_JOBS_KEY = "rq:scheduler:scheduled_jobs"
 """rq-scheduler's sorted set of pending runs (its ``Scheduler.scheduled_jobs_key``)."""

@@ -11,15 +11,13 @@ summary or one that is not shorter than its sources.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from memq.clock import parse_rfc3339
-from memq.config import ConsolidationConfig, EmbedConfig, LLMConfig
-from memq.errors import ConfigError, SummariserError, ValidationError
+from memq.errors import SummariserError, ValidationError
 from memq.events import ROLES
 
 
@@ -109,19 +107,3 @@ def check(messages: Sequence[ChunkMessage], summary: Summary) -> str:
             f"{chars_in}; the messages stay unconsolidated"
         )
     return content
-
-
-@functools.lru_cache(maxsize=4)
-def summariser_for(
-    llm: LLMConfig, embed: EmbedConfig, consolidation: ConsolidationConfig
-) -> Summariser:
-    """The configured summariser, kept per process so a loaded model stays warm."""
-    if llm.base_url or llm.model:
-        if not (llm.base_url and llm.model):
-            raise ConfigError("[llm] needs both base_url and model, or neither")
-        from workers.llm import LLMSummariser
-
-        return LLMSummariser(llm)
-    from workers.extractive import ExtractiveSummariser
-
-    return ExtractiveSummariser(embed, target_ratio=consolidation.target_ratio)

@@ -7,6 +7,9 @@ schedules the run); the worker never opens the database. One run:
    paused task off the scheduler and the queue; this covers a copy already on its way);
 2. a run whose slot was already delivered does nothing -- the fired marker
    ``memq:task-fired:<task id>:<slot>`` makes a retried or duplicated job harmless;
+2b. a run the writer did not register with exactly this data is refused (the job fails):
+   only what the scheduler enqueued for a committed task runs, with the prompt and the
+   trusted flag the task has (see ``store/dispatch/task_runs.py``);
 3. the configured handler (``[scheduler] handler = "module:function"``) is called with
    the delivery; if it raises, the error is logged and carried in ``task.fired``
    (``handler_error``) and the run still counts: the prompt was delivered, and retrying
@@ -20,6 +23,7 @@ The writer then sets ``last_run_at`` and the next run, or deletes a one-shot.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import uuid
@@ -29,13 +33,12 @@ from typing import Any
 
 import redis
 
-from memq import broker, names
+from memq import broker, jobs, names
 from memq.clock import now_rfc3339, parse_rfc3339
 from memq.errors import ConfigError, ValidationError
 from memq.events import Event, EventType, encode
 from memq.logs import log
-from workers.context import WorkerContext, current
-from workers.queues import job_function
+from memq.workers.context import WorkerContext, current
 
 logger = logging.getLogger("memq.tasks")
 
@@ -70,6 +73,10 @@ class TaskRun:
         parse_rfc3339(data["scheduled_for"], what="task.scheduled_for")
         return cls(**{key: data[key] for key in kinds})
 
+    def as_job(self) -> dict[str, Any]:
+        """The data the job carries, as the writer wrote it."""
+        return dataclasses.asdict(self)
+
     @property
     def slot(self) -> int:
         return int(parse_rfc3339(self.scheduled_for).timestamp())
@@ -79,7 +86,6 @@ class TaskRun:
         return f"{names.TASK_SESSION_PREFIX}{self.task_id}"
 
 
-@job_function
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
     """Deliver one run of a scheduled task; returns what happened (small, JSON-able)."""
     run = TaskRun.from_job(task)
@@ -97,6 +103,8 @@ def _run(run: TaskRun, context: WorkerContext) -> dict[str, Any]:
     with broker.translated(context.config.redis_url, f"checking run {marker}"):
         if context.redis.exists(marker):
             return {"status": "skipped", "reason": "already delivered"}
+        registered: Any = context.redis.get(names.task_run_key(run.task_id, run.slot))
+    check_registered(run, registered)
     fired_at = now_rfc3339()
     delivery = {"task_id": run.task_id, "session_id": run.session_id, "name": run.name,
                 "prompt": run.prompt, "trusted": run.trusted, "fired_at": fired_at,
@@ -106,6 +114,17 @@ def _run(run: TaskRun, context: WorkerContext) -> dict[str, Any]:
     if not _record(context, marker, delivery, event):
         return {"status": "skipped", "reason": "already delivered"}
     return {"status": "fired", "fired_at": fired_at, "handler_error": handler_error}
+
+
+def check_registered(run: TaskRun, registered: bytes | None) -> None:
+    """Refuse a run unless the writer registered exactly its data (see the module, 2b)."""
+    if registered is not None and registered == jobs.task_run_digest(run.as_job()).encode():
+        return
+    what = "no run" if registered is None else "another run"
+    raise ValidationError(
+        f"refusing run {run.task_id} at {run.scheduled_for}: the writer registered {what} "
+        "of this task for that instant (a job planted in Redis, or one for a task changed "
+        "since it was scheduled)")
 
 
 def fired_event(run: TaskRun, fired_at: str, handler_error: str | None) -> Event:
@@ -150,6 +169,7 @@ def _record(context: WorkerContext, marker: str, delivery: dict[str, Any],
             event: Event) -> bool:
     """Marker, agent-inbox entry and ``task.fired`` all at once; False if already done."""
     fields: dict[Any, Any] = {k: _field(v) for k, v in delivery.items()}
+    stream = context.stream
     with broker.translated(context.config.redis_url, f"delivering run {marker}"), \
             context.redis.pipeline() as pipe:
         try:
@@ -160,7 +180,7 @@ def _record(context: WorkerContext, marker: str, delivery: dict[str, Any],
             pipe.set(marker, delivery["fired_at"], ex=FIRED_MARKER_TTL_S)
             maxlen = context.config.scheduler.agent_inbox_maxlen or None
             pipe.xadd(names.AGENT_INBOX_STREAM, fields, maxlen=maxlen, approximate=True)
-            pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: encode(event)})
+            pipe.xadd(stream, {names.EVENT_FIELD: encode(event)})
             pipe.execute()
         except redis.WatchError:
             return False  # another copy of this job delivered the slot first

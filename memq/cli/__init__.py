@@ -1,7 +1,9 @@
 """The ``memq`` command line: one module per command group, one entry point.
 
-Exit codes: 0 success, 2 usage error (argparse), 1 any other error with a one-line message
-on stderr. A :class:`~memq.errors.MemqError` never shows a traceback: tracebacks are for bugs.
+Exit codes: 0 success, 2 usage error (argparse's, or a value memq refuses: a
+:class:`~memq.errors.ValidationError`), 1 any other error, with a one-line message on
+stderr. A :class:`~memq.errors.MemqError` never shows a traceback: tracebacks are for bugs.
+Every ``--json`` prints one JSON object (see :func:`memq.cli.common.print_json`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from memq import __version__
 from memq.cli import (
+    acl,
     admin,
     consolidate,
     context,
@@ -18,8 +22,14 @@ from memq.cli import (
     demo,
     embeddings,
     facts,
+    forget,
+    mcp,
     metrics,
     model,
+    prefixes,
+    replication,
+    serve,
+    sessions,
     status,
     tasks,
     up,
@@ -29,8 +39,8 @@ from memq.cli import (
 from memq.errors import MemqError
 
 GROUPS = (
-    writer, worker, admin, model, context, embeddings, consolidate, tasks, facts, up, status,
-    dashboard, metrics, demo,
+    writer, worker, admin, model, context, sessions, forget, embeddings, consolidate, tasks,
+    facts, up, status, dashboard, metrics, demo, acl, prefixes, replication, serve, mcp,
 )
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
@@ -39,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memq", description="memq: the state and memory service for AI agents."
     )
+    parser.add_argument("--version", action="version", version=f"memq {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in GROUPS:
         group.register(sub)

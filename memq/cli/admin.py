@@ -6,10 +6,15 @@ import argparse
 import sys
 from typing import Any
 
-import orjson
-
-from memq import broker, names
-from memq.cli.common import add_store_options, load_config, read_database
+from memq import authority, broker, names
+from memq.cli.common import (
+    add_store_options,
+    load_config,
+    print_json,
+    read_database,
+    whole_number,
+)
+from memq.printable import printable
 from memq.progress import Progress
 
 
@@ -29,37 +34,35 @@ def register(sub: Any) -> None:
     parser = rsub.add_parser("list", help="list rejected events and their reasons")
     add_store_options(parser, redis=False)
     parser.add_argument("--all", action="store_true", help="include replayed ones")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.set_defaults(func=rejected_list)
     parser = rsub.add_parser("replay", help="send rejected events through the inbox again")
     add_store_options(parser)
-    parser.add_argument("ids", nargs="*", type=int, metavar="ID")
+    parser.add_argument("ids", nargs="*", type=whole_number, metavar="ID")
     parser.add_argument("--all", action="store_true", help="replay every unreplayed one")
     parser.set_defaults(func=rejected_replay)
 
 
 def migrate(args: argparse.Namespace) -> int:
-    from store import legacy, schema
-    from store.connection import open_connection
-    from store.lock import WriterLock
+    from memq.store import legacy, schema
+    from memq.store.write.lock import WriterLock
 
     config = load_config(args)
-    bar = _LazyBar("importing legacy messages")
-    with WriterLock(config.db_path):
-        conn = open_connection(config.db_path)
+    bar = _LazyBar("importing legacy")
+    with WriterLock(config.db_path, doing="migrate"):
         token = legacy.import_progress.set(bar.report)
         try:
-            done = schema.migrate(conn)
+            conn, done = schema.open_migrated(config.db_path)
+            conn.close()
         finally:
             legacy.import_progress.reset(token)
             bar.finish()
-            conn.close()
     print(f"applied: {', '.join(done)}" if done else "schema is up to date")
     return 0
 
 
 def rebuild(args: argparse.Namespace) -> int:
-    from store import rebuild as rebuilding
+    from memq.store import rebuild as rebuilding
 
     config = load_config(args)
     rebuilding.ensure_exists(config.db_path)
@@ -69,60 +72,73 @@ def rebuild(args: argparse.Namespace) -> int:
             print(line)
         print("projections differ from the log" if differences else "projections match the log")
         return 1 if differences else 0
-    bar = Progress("rebuilding projections", rebuilding.event_count(config.db_path))
-    with bar:
-        count = rebuilding.rebuild(config.db_path, lambda done: bar.advance(done - bar.done))
-        bar.advance(count - bar.done)
+    total = rebuilding.event_count(config.db_path)
+    bar = _LazyBar("rebuilding")  # drawn once the writer's lock is held, not before a refusal
+    try:
+        count = rebuilding.rebuild(config.db_path,
+                                   lambda done: bar.report("projections", done, total))
+        bar.report("projections", count, total)
+    finally:
+        bar.finish()
     print(f"rebuilt projections from {count} events")
     return 0
 
 
 class _LazyBar:
-    """A progress bar that appears only once there is something to report."""
+    """A progress bar per legacy table, that appears only once there is something to report."""
 
     def __init__(self, label: str) -> None:
         self.label = label
+        self.table: str | None = None
         self.bar: Progress | None = None
 
-    def report(self, done: int, total: int) -> None:
-        if self.bar is None:
-            self.bar = Progress(self.label, total)
+    def report(self, table: str, done: int, total: int) -> None:
+        if self.bar is None or table != self.table:
+            self.finish()
+            self.table, self.bar = table, Progress(f"{self.label} {table}", total)
         self.bar.advance(done - self.bar.done)
 
     def finish(self) -> None:
         if self.bar is not None:
             self.bar.finish()
+            self.bar = None
 
 
 def rejected_list(args: argparse.Namespace) -> int:
-    from store import rejected
+    from memq.store.write import rejected
 
     rows = read_database(load_config(args).db_path,
                          lambda conn: rejected.list_rejected(conn, include_replayed=args.all))
-    for row in rows:
-        if args.json:
-            raw = row.raw.decode("utf-8", "replace")
-            print(orjson.dumps({**row.__dict__, "raw": raw}).decode())
-        else:
-            print(f"{row.id:>6}  {row.rejected_at}  x{row.attempts}  {row.reason}")
-    if not rows and not args.json:
+    if args.json:
+        print_json({"rejected": [{**row.__dict__, "raw": row.raw.decode("utf-8", "replace")}
+                                 for row in rows]})
+    elif not rows:
         print("no rejected events")
+    else:
+        print(f"{'id':>6}  {'rejected at':<27}  {'attempts':>8}  {'sent by':<7}  "
+              f"{'replayed at':<27}  reason")
+        for row in rows:
+            sender = authority.ROLE_OF_STREAM.get(row.stream, row.stream)
+            # Reasons quote what was sent; older rows were stored before they were escaped.
+            print(f"{row.id:>6}  {row.rejected_at:<27}  {row.attempts:>8}  {sender:<7}  "
+                  f"{row.replayed_at or '-':<27}  {printable(row.reason, one_line=True)}")
     return 0
 
 
 def rejected_replay(args: argparse.Namespace) -> int:
     from memq.errors import ValidationError
-    from store import rejected
+    from memq.store.write import rejected
 
     if not args.ids and not args.all:
         raise ValidationError("name the rejected event ids to replay, or pass --all")
     config = load_config(args)
     rows = read_database(config.db_path, lambda conn: (
         rejected.list_rejected(conn) if args.all else [rejected.get(conn, i) for i in args.ids]))
-    client = broker.connect(config.redis_url)
+    client = broker.client_for(config)
     with broker.translated(config.redis_url, "replaying rejected events"):
         for row in rows:
-            client.xadd(names.INBOX_STREAM,
+            # Back to the stream it came from: judged with its sender's rights, not ours.
+            client.xadd(row.stream,
                         {names.EVENT_FIELD: row.raw, names.REPLAY_FIELD: str(row.id)})
     print(f"replayed {len(rows)} event(s)", file=sys.stdout)
     return 0

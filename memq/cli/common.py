@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+import orjson
+
 from memq import config as config_module
+from memq.authority import Role
 from memq.config import Config
 
 if TYPE_CHECKING:
     import apsw
+
+    from memq import MemoryClient
 
 T = TypeVar("T")
 
@@ -28,15 +34,47 @@ def add_store_options(
         parser.add_argument("--redis-url", help=redis_help)
 
 
-def port(text: str) -> int:
-    """An argparse type: a TCP port number (0 picks a free one)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is between 0 and 65535, got {value}")
-    return value
+def integer_in(what: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high``; errors name it ``what``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {what}: {text!r:.40}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"a {what} is from {low} to {high}, got {value}")
+        return value
+
+    return parse
+
+
+def number_in(what: str, low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number from ``low`` to ``high``; errors name it ``what``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {what}: {text!r:.40}") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"a {what} is from {low:g} to {high:g}, "
+                                             f"got {text:.40}")
+        return value
+
+    return parse
+
+
+port = integer_in("port number", 0, 65535)
+"""An argparse type: a TCP port number (0 picks a free one)."""
+
+
+def whole_number(text: str) -> int:
+    """An argparse type: an integer of at most 18 digits (an id or a count)."""
+    digits = text.strip().removeprefix("-")
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
+        raise argparse.ArgumentTypeError(f"not a whole number of at most 18 digits: {text!r:.40}")
+    return int(text)
 
 
 def positive_seconds(text: str) -> float:
@@ -46,32 +84,77 @@ def positive_seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds, got {text:.40}")
     return value
 
 
-def load_config(args: argparse.Namespace, *, discover_redis: bool = True) -> Config:
+def load_config(
+    args: argparse.Namespace, *, discover_redis: bool = True, role: Role = Role.ADMIN
+) -> Config:
     """The configuration, with command-line options winning over file and environment.
 
-    With no Redis URL configured anywhere, a command finds the private Redis that
-    ``memq up`` runs for the same data directory (see :func:`private_redis_url`).
+    With no Redis URL configured anywhere, a command finds the URL of its role (admin: the
+    person; ``memq worker`` asks for the worker's) that ``memq up`` or ``memq acl apply``
+    wrote into the data directory (see :func:`memq.config.load`).
     """
-    config = config_module.load(getattr(args, "config", None))
-    if getattr(args, "db", None):
-        config = config.replace(db_path=args.db)
-    if getattr(args, "redis_url", None):
-        config = config.replace(redis_url=args.redis_url)
-    elif (discover_redis and config.redis_url == config_module.DEFAULT_REDIS_URL
-          and not os.environ.get("MEMQ_REDIS_URL")):
-        config = config.replace(redis_url=private_redis_url(config.db_path) or config.redis_url)
+    config = config_module.load(getattr(args, "config", None),
+                                db_path=getattr(args, "db", None),
+                                redis_url=getattr(args, "redis_url", None),
+                                discover_redis=discover_redis, role=role.value)
     if getattr(args, "model_dir", None):
-        config = config.replace(embed=dataclasses.replace(config.embed, model_dir=args.model_dir))
+        model_dir = os.path.abspath(args.model_dir)
+        config = config.replace(embed=dataclasses.replace(config.embed, model_dir=model_dir))
     return config
+
+
+def add_wait_option(parser: argparse.ArgumentParser) -> None:
+    """``--wait SECONDS``: how long a command that changes something waits for the writer."""
+    parser.add_argument("--wait", type=non_negative_seconds, default=10.0, metavar="SECONDS",
+                        help="wait this long for the writer to commit the change (default 10; "
+                             "0: send it and return)")
+
+
+def non_negative_seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, zero or more."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return positive_seconds(text)
+
+
+@contextmanager
+def person(args: argparse.Namespace) -> Iterator[MemoryClient]:
+    """A client with the person's credentials (the admin's URL, as every command finds it):
+    what the commands that approve, set user facts and manage trusted tasks act through."""
+    from memq import MemoryClient  # the CLI alone may import the roles
+
+    with MemoryClient(config=load_config(args)) as client:
+        yield client
+
+
+def wait_committed(client: MemoryClient, seconds: float) -> None:
+    """Return once the writer has committed what ``client`` sent (not at all for 0)."""
+    from memq.errors import FlushTimeout
+
+    if seconds <= 0:
+        return
+    try:
+        client.flush(seconds)
+    except FlushTimeout as exc:
+        raise FlushTimeout(f"sent, but not applied yet: {exc}") from exc
+
+
+def print_json(value: object) -> None:
+    """What every ``--json`` prints: one JSON object, indented, whatever the command.
+
+    One shape for scripts: ``json.load`` or ``jq`` read the whole output; lists come inside
+    the object under a plural name (``"items"``, ``"tasks"``, ``"facts"``...)."""
+    print(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
 
 
 def read_database(db_path: str, query: Callable[[apsw.Connection], T]) -> T:
     """``query`` on a read-only connection to ``db_path``, closed afterwards."""
-    from store.connection import open_connection
+    from memq.store.connection import open_connection
 
     conn = open_connection(db_path, readonly=True)
     try:
@@ -80,14 +163,3 @@ def read_database(db_path: str, query: Callable[[apsw.Connection], T]) -> T:
         conn.close()
 
 
-PRIVATE_REDIS_URL_FILE = "redis.url"
-"""Written (0600) into the data directory by ``memq up`` while its private Redis runs."""
-
-
-def private_redis_url(db_path: str) -> str | None:
-    """The URL of the private Redis ``memq up`` runs for ``db_path``'s directory, if any."""
-    try:
-        path = Path(db_path).resolve().parent / PRIVATE_REDIS_URL_FILE
-        return path.read_text().strip() or None
-    except (OSError, ValueError):  # none there, or a path the command will refuse anyway
-        return None

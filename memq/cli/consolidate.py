@@ -8,11 +8,10 @@ rq-scheduler (see ``workers.consolidate.register_periodic``).
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
-from memq import broker, names
-from memq.cli.common import add_store_options, load_config
+from memq import acl, authority, broker, names
+from memq.cli.common import add_store_options, load_config, non_negative_seconds, number_in
 from memq.events import MAX_MIN_AGE_HOURS
 
 
@@ -25,34 +24,28 @@ def register(sub: Any) -> None:
     parser.add_argument("--now", action="store_true", required=True,
                         help="request a pass now (the scheduler requests one periodically)")
     parser.add_argument("--session", help="only this session (default: every session)")
-    parser.add_argument("--min-age-hours", type=_hours, metavar="HOURS",
+    parser.add_argument("--min-age-hours", metavar="HOURS",
+                        type=number_in("number of hours", 0, MAX_MIN_AGE_HOURS),
                         help="consolidate messages older than this "
                              "(default: [consolidation] min_age_hours)")
-    parser.add_argument("--wait", type=float, nargs="?", const=10.0, metavar="SECONDS",
+    parser.add_argument("--wait", type=non_negative_seconds, nargs="?", const=10.0,
+                        metavar="SECONDS",
                         help="wait until the writer has planned the pass (default 10 s)")
     add_store_options(parser)
     parser.set_defaults(func=run_consolidate)
 
 
-def _hours(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
-    if not math.isfinite(value) or not 0 <= value <= MAX_MIN_AGE_HOURS:
-        raise argparse.ArgumentTypeError(f"hours must be from 0 to {MAX_MIN_AGE_HOURS:g}")
-    return value
-
-
 def run_consolidate(args: argparse.Namespace) -> int:
-    from store.consolidation_jobs import wait_planned
-    from workers.consolidate import request_event
+    from memq.store.dispatch.consolidation_jobs import wait_planned
+    from memq.workers.consolidate import request_event
 
     config = load_config(args)
     event = request_event(args.min_age_hours, args.session)
-    connection = broker.connect(config.redis_url)
+    connection = broker.client_for(config)
     with broker.translated(config.redis_url, "sending the consolidation request"):
-        connection.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: event.to_json()})
+        role = acl.role_of(connection)
+        authority.check(role, event.type, event.payload)
+        connection.xadd(authority.STREAM_OF_ROLE[role], {names.EVENT_FIELD: event.to_json()})
     scope = f"session {args.session}" if args.session else "every session"
     age = ("the writer's [consolidation] min_age_hours" if args.min_age_hours is None
            else f"{args.min_age_hours:g} h")

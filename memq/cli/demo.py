@@ -17,12 +17,13 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
+from pathlib import Path
 from typing import Any
 
 from memq.cli.common import add_store_options, load_config, positive_seconds
 from memq.clock import uuid7
 from memq.config import Config
-from memq.errors import MemqError
+from memq.errors import MemqError, ValidationError
 
 QUERY = "When is the billing service deployed to Kubernetes?"
 
@@ -72,13 +73,18 @@ def register(sub: Any) -> None:
     add_store_options(parser)
     parser.add_argument("--timeout", type=positive_seconds, default=120.0,
                         help="seconds to wait for the writer and for embeddings (default 120)")
+    parser.add_argument("--yes", action="store_true",
+                        help="add the demo's sessions, facts and task to a database that "
+                             "already holds data")
     parser.set_defaults(func=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from producers import MemoryClient  # the CLI alone may import the roles
+    from memq import MemoryClient  # the CLI alone may import the roles
 
     config = load_config(args)
+    if not args.yes:
+        _refuse_a_database_in_use(config.db_path)
     tag = uuid7()[-6:]  # a fresh set of sessions on every run
     sessions = {name: f"demo-{tag}-{name}" for name in ("support", "research", "ops")}
     _say(f"three agents talk at once (sessions {', '.join(sessions.values())})")
@@ -89,6 +95,20 @@ def run_demo(args: argparse.Namespace) -> int:
         _wait_for_embeddings(client, list(sessions.values()), args.timeout)
         _show_context(client, sessions["support"])
     return 0
+
+
+def _refuse_a_database_in_use(db_path: str) -> None:
+    """The demo writes real facts (two of them the user's) and a weekly task: not into
+    someone's data unless they say so."""
+    from memq.store.rebuild import event_count
+
+    events = event_count(db_path) if Path(db_path).exists() else 0
+    if events:
+        raise ValidationError(
+            f"{db_path} already holds {events} events; the demo would add three demo "
+            "conversations, three facts (two as the user's) and a weekly task to it. Pass "
+            "--yes to add them, or give the demo a stack of its own: `memq up --demo` in an "
+            "empty directory, with no MEMQ_REDIS_URL set")
 
 
 def _say(text: str) -> None:
@@ -117,7 +137,7 @@ def _converse(config: Config, sessions: dict[str, str], timeout: float) -> None:
 
 def _agent(config: Config, session: str, script: Sequence[Turn], timeout: float,
            errors: list[BaseException]) -> None:
-    from producers import MemoryClient
+    from memq import MemoryClient
 
     try:
         with MemoryClient(config=config) as client:
@@ -158,18 +178,15 @@ def _describe(item: Any) -> str:
 # -- embeddings and the context ------------------------------------------------------------
 
 
-_UNEMBEDDED = """SELECT count(*) FROM messages WHERE session_id IN ({marks})
-    AND embedding IS NULL AND embedding_error IS NULL AND trim(content) != ''"""
-
-
 def _wait_for_embeddings(client: Any, sessions: list[str], timeout: float) -> bool:
+    from memq.store.read.messages import count_unembedded
+
     """Poll until the embed workers have embedded every demo message; False on timeout."""
     _say("waiting for the embed workers")
-    sql = _UNEMBEDDED.format(marks=", ".join("?" * len(sessions)))
     deadline = time.monotonic() + timeout
     while True:
         with client.readers.connection() as conn:
-            left = int(conn.execute(sql, sessions).fetchone()[0])
+            left = count_unembedded(conn, sessions)
         if left == 0:
             _say("  every message is embedded")
             return True

@@ -36,7 +36,7 @@ def backfill(args: argparse.Namespace) -> int:
     import apsw
 
     from memq.errors import StoreError
-    from store.connection import open_connection
+    from memq.store.connection import open_connection
 
     config = load_config(args)
     conn = open_connection(config.db_path, readonly=True)
@@ -53,11 +53,11 @@ def backfill(args: argparse.Namespace) -> int:
 
 
 def _backfill(conn: apsw.Connection, config: Config, retry_failed: bool) -> tuple[int, int, int]:
-    from store import embed_jobs
-    from store.embed_backlog import Snapshot, candidates, count_candidates
+    from memq.store.dispatch import embed_jobs
+    from memq.store.dispatch.embed_backlog import Snapshot, candidates, count_candidates
 
     model, size = config.embed.model_name, config.embed.job_batch_size
-    connection = broker.connect(config.redis_url)
+    connection = broker.client_for(config)
     snapshot = Snapshot.take(conn, connection, model)
     total = count_candidates(conn, model, snapshot.up_to_seq, include_failed=retry_failed)
     enqueued = jobs = busy = 0

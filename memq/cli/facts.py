@@ -1,4 +1,10 @@
-"""``memq facts list|history``: what the agents and users have recorded, from the database."""
+"""``memq facts list|history|set|delete``: what the agents and the user have recorded.
+
+``list`` and ``history`` read the database. ``set`` and ``delete`` act for the person, with
+the admin's credentials: what the person sets is the user's own (``source = user``, which
+agents can neither overwrite nor delete, and which only admin may send), unless
+``--as-agent``. ``--user U`` is whose fact it is, as for ``list`` (default: a global one).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,15 @@ import argparse
 import dataclasses
 from typing import Any
 
-import orjson
-
-from memq.cli.common import add_store_options, load_config, read_database
+from memq.cli.common import (
+    add_store_options,
+    add_wait_option,
+    load_config,
+    person,
+    print_json,
+    read_database,
+    wait_committed,
+)
 
 
 def register(sub: Any) -> None:
@@ -17,46 +29,104 @@ def register(sub: Any) -> None:
     parser = fsub.add_parser("list", help="current facts, by category and key")
     add_store_options(parser, redis=False)
     parser.add_argument("--category", help="only this category")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--user", help="also this user's facts (default: global ones only)")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.set_defaults(func=list_facts)
     parser = fsub.add_parser("history", help="every change of one fact, oldest first")
     add_store_options(parser, redis=False)
     parser.add_argument("category")
     parser.add_argument("key")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--user", help="this user's fact (default: the global one)")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.set_defaults(func=history)
+    parser = fsub.add_parser("set", help="set a fact as the user's own (protected from agents)")
+    parser.add_argument("category")
+    parser.add_argument("key")
+    parser.add_argument("value")
+    parser.add_argument("--as-agent", action="store_true",
+                        help="an agent's fact, not protected (the user's value stays)")
+    parser.add_argument("--force", action="store_true",
+                        help="with --as-agent: over the user's value all the same")
+    _add_change_options(parser)
+    parser.set_defaults(func=set_fact)
+    parser = fsub.add_parser("delete", help="delete a fact's value, the user's own too (its "
+                                            "history stays)")
+    parser.add_argument("category")
+    parser.add_argument("key")
+    _add_change_options(parser)
+    parser.set_defaults(func=delete_fact)
+
+
+def _add_change_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--user", metavar="U", help="this user's fact (default: a global one)")
+    add_wait_option(parser)
+    add_store_options(parser)
+
+
+def set_fact(args: argparse.Namespace) -> int:
+    source = "agent" if args.as_agent else "user"
+    with person(args) as client:
+        client.set_fact(args.category, args.key, args.value, source=source, force=args.force,
+                        user_id=args.user)
+        wait_committed(client, args.wait)
+    print(f"set {_named(args)} = {args.value!r} [{source}]")
+    return 0
+
+
+def delete_fact(args: argparse.Namespace) -> int:
+    with person(args) as client:
+        client.delete_fact(args.category, args.key, source="user", user_id=args.user)
+        wait_committed(client, args.wait)
+    print(f"deleted {_named(args)}")
+    return 0
+
+
+def _named(args: argparse.Namespace) -> str:
+    owner = "" if args.user is None else f"{args.user}: "
+    return f"{owner}{args.category}/{args.key}"
 
 
 def list_facts(args: argparse.Namespace) -> int:
-    from store import fact_reads
+    from memq.store.read import facts as fact_reads
 
+    _check_user(args.user)
     facts = read_database(load_config(args).db_path,
-                          lambda conn: fact_reads.list_facts(conn, args.category))
+                          lambda conn: fact_reads.list_facts(conn, args.category, args.user))
+    if args.json:
+        print_json({"facts": [dataclasses.asdict(fact) for fact in facts]})
+        return 0
     for fact in facts:
-        if args.json:
-            print(orjson.dumps(dataclasses.asdict(fact)).decode())
-        else:
-            print(f"{fact.category}/{fact.key} = {fact.value!r}  [{fact.source}, "
-                  f"updated {fact.updated_at}]")
-    if not facts and not args.json:
+        owner = "" if fact.user_id is None else f"{fact.user_id}: "
+        print(f"{owner}{fact.category}/{fact.key} = {fact.value!r}  [{fact.source}, "
+              f"updated {fact.updated_at}]")
+    if not facts:
         print("no facts" + (f" in category {args.category!r}" if args.category else ""))
     return 0
 
 
 def history(args: argparse.Namespace) -> int:
-    from store import fact_reads
+    from memq.store.read import facts as fact_reads
 
-    changes = read_database(load_config(args).db_path,
-                            lambda conn: fact_reads.fact_history(conn, args.category, args.key))
+    _check_user(args.user)
+    changes = read_database(load_config(args).db_path, lambda conn: fact_reads.fact_history(
+        conn, args.category, args.key, args.user))
+    if args.json:
+        print_json({"category": args.category, "key": args.key, "user_id": args.user,
+                    "changes": [dataclasses.asdict(change) for change in changes]})
+        return 0
     for change in changes:
-        if args.json:
-            print(orjson.dumps(dataclasses.asdict(change)).decode())
-            continue
-        what = f"set {change.value!r}" if change.action == "set" else "deleted"
+        what = "deleted" if change.action == "deleted" else f"{change.action} {change.value!r}"
         forced = " (force)" if change.force else ""
         outcome = "" if change.applied else "  not applied: the user's value is protected"
         print(f"{change.created_at}  {change.source}: {what}{forced}{outcome}")
-    if not changes and not args.json:
+    if not changes:
         print(f"no changes recorded for {args.category}/{args.key}")
     return 0
 
+
+
+def _check_user(user: str | None) -> None:
+    from memq.events import check_identifier
+
+    if user is not None:
+        check_identifier("--user", user)

@@ -77,7 +77,7 @@ def scrape(config: Config) -> str:
     families = status_families(report)
     if report["redis"]["ok"]:
         try:
-            client = broker.connect(config.redis_url, timeout_s=5.0)
+            client = broker.client_for(config, timeout_s=5.0)
             with broker.translated(config.redis_url, "reading the writer's figures"):
                 families += metrics.writer_families(client.hgetall(names.WRITER_STATS_KEY))
         except BrokerError as exc:
@@ -108,7 +108,7 @@ def _redis_families(report: dict[str, Any]) -> list[Family]:
         workers.add(sum(1 for w in report["workers"] if queue in w["queues"]), queue=queue)
     oldest = inbox["oldest_age_s"]
     return [
-        Family("memq_inbox_entries", "gauge", "Entries in memq:inbox").add(inbox["length"]),
+        Family("memq_inbox_entries", "gauge", "Entries in the inbox streams").add(inbox["length"]),
         Family("memq_inbox_lag_entries", "gauge", "Entries the writer has not read yet").add(
             inbox["lag"]),
         Family("memq_inbox_pending_entries", "gauge", "Entries read but not committed").add(
@@ -129,8 +129,12 @@ def _database_families(database: dict[str, Any]) -> list[Family]:
     size = Family("memq_database_bytes", "gauge", "Size of the SQLite database and its WAL")
     size.add(database["size_bytes"], file="db")
     size.add(database["wal_bytes"], file="wal")
+    oldest = database["messages"]["oldest_pending_age_s"]
     return [
         messages,
+        Family("memq_embedding_oldest_pending_age_seconds", "gauge",
+               "Seconds since the oldest message still waiting for a vector was committed "
+               "(0 when none waits)").add(oldest or 0.0),
         Family("memq_rejected_events", "gauge", "Rejected events not replayed yet").add(
             database["rejected"]),
         Family("memq_sessions", "gauge", "Sessions with at least one message").add(

@@ -7,30 +7,27 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import orjson
-
 from memq import broker, logs, names
-from memq.cli.common import add_store_options, load_config, read_database
+from memq.cli.common import (
+    add_store_options,
+    add_wait_option,
+    load_config,
+    person,
+    positive_seconds,
+    print_json,
+    read_database,
+    wait_committed,
+)
 from memq.clock import now_utc, to_rfc3339
 
 NEXT_RUNS = 5
 """How many upcoming runs ``memq tasks parse`` shows."""
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
 def register(sub: Any) -> None:
     parser = sub.add_parser("scheduler", help="move due scheduled runs onto their queues")
     add_store_options(parser)
-    parser.add_argument("--interval", type=_positive,
+    parser.add_argument("--interval", type=positive_seconds,
                         help="seconds between checks (default: [scheduler] interval_s)")
     parser.add_argument("--burst", action="store_true", help="check once, then exit")
     parser.set_defaults(func=run_scheduler)
@@ -44,18 +41,59 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=parse)
     parser = tsub.add_parser("list", help="list scheduled tasks")
     add_store_options(parser, redis=False)
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.set_defaults(func=list_tasks)
+    parser = tsub.add_parser("add", help="schedule a task (--trusted: its commands skip "
+                                         "approval; the person's alone)")
+    parser.add_argument("name")
+    parser.add_argument("schedule", help='cron or plain English, e.g. "weekdays at 9am"')
+    parser.add_argument("prompt", help="what the agents receive when it fires")
+    parser.add_argument("--trusted", action="store_true",
+                        help="its commands run without terminal approval")
+    parser.add_argument("--oneshot", action="store_true", help="fire once (a one-time "
+                        "schedule such as 'in 2 hours' is a one-shot anyway)")
+    parser.add_argument("--tz", help="IANA time zone (default: [scheduler] tz)")
+    add_wait_option(parser)
+    add_store_options(parser)
+    parser.set_defaults(func=add_task)
+    for action, what in (("pause", "stop a task from firing until resumed"),
+                         ("resume", "let a paused task fire again"),
+                         ("delete", "delete a task and its pending run")):
+        parser = tsub.add_parser(action, help=what)
+        parser.add_argument("task_id", metavar="TASK_ID")
+        add_wait_option(parser)
+        add_store_options(parser)
+        parser.set_defaults(func=change_task, change=action)
+
+
+def add_task(args: argparse.Namespace) -> int:
+    with person(args) as client:
+        task_id = client.schedule_task(args.name, args.schedule, args.prompt,
+                                       oneshot=args.oneshot, trusted=args.trusted, tz=args.tz)
+        wait_committed(client, args.wait)
+        task = client.task(task_id)
+    trusted = ", trusted" if task.is_trusted else ""
+    print(f"{task_id}  {task.name}  ({task.schedule}{trusted}), next run {task.next_run_at}")
+    return 0
+
+
+def change_task(args: argparse.Namespace) -> int:
+    with person(args) as client:
+        getattr(client, f"{args.change}_task")(args.task_id)
+        wait_committed(client, args.wait)
+    print(f"{args.change}d {args.task_id}" if args.change != "resume"
+          else f"resumed {args.task_id}")
+    return 0
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
-    from workers.consolidate import register_periodic
-    from workers.scheduler import JSONScheduler
+    from memq.workers.consolidate import register_periodic
+    from memq.workers.scheduler import JSONScheduler
 
     logs.setup()
     config = load_config(args)
     interval = args.interval or config.scheduler.interval_s
-    connection = broker.connect(config.redis_url)
+    connection = broker.client_for(config)
     # rq-scheduler has no serializer option, and jobs must stay JSON (and data, not code).
     scheduler = JSONScheduler(queue_name=names.QUEUE_TASKS, connection=connection,
                               interval=interval)
@@ -67,8 +105,8 @@ def run_scheduler(args: argparse.Namespace) -> int:
 
 
 def parse(args: argparse.Namespace) -> int:
+    from memq.cron import next_runs
     from memq.schedule import parse_schedule
-    from store.cron import next_runs
 
     text = " ".join(args.text)
     tz = args.tz or load_config(args).scheduler.tz
@@ -94,18 +132,18 @@ def _local(moment: datetime, zone: ZoneInfo) -> str:
 
 
 def list_tasks(args: argparse.Namespace) -> int:
-    from producers.tasks import read_tasks
+    from memq.store.read.tasks import tasks as read_tasks
 
     tasks = read_database(load_config(args).db_path, read_tasks)
+    if args.json:
+        print_json({"tasks": [task.__dict__ for task in tasks]})
+        return 0
     for task in tasks:
-        if args.json:
-            print(orjson.dumps(task.__dict__).decode())
-            continue
         flags = [f for f, on in (("paused", task.is_paused), ("oneshot", task.is_oneshot),
                                  ("trusted", task.is_trusted)) if on]
         print(f"{task.id}  {task.name!r} [{task.source}]  {task.schedule!r} = "
               f"{task.cron_expr} ({task.tz})  {','.join(flags) or '-'}  "
               f"next: {task.next_run_at or '-'}")
-    if not tasks and not args.json:
+    if not tasks:
         print("no scheduled tasks")
     return 0

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import uuid
 from typing import Any
 
 from memq import broker, logs, names
+from memq.authority import Role
 from memq.cli.common import add_store_options, load_config
 
 KINDS = {
@@ -26,16 +28,23 @@ def register(sub: Any) -> None:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    from workers import context
-    from workers.queues import worker
+    from memq.model_files import verify
+    from memq.workers import context
+    from memq.workers.queues import worker
 
     logs.setup()
-    config = load_config(args)
+    config = load_config(args, role=Role.WORKER)
+    if args.kind == "embed" or (args.kind == "consolidate" and not config.llm.base_url):
+        # Both embed (the extractive summariser too): without the files every job would
+        # fail, one after another, long after this start.
+        verify(config.embed.model_dir)
     # Every connection, reconnections included, carries the worker's name: the writer's
     # reconcile pass judges a started job's worker alive by it (see store/embed_jobs.py).
     name = args.name or uuid.uuid4().hex
-    connection = broker.connect(config.redis_url, client_name=name)
+    connection = broker.client_for(config, client_name=name)
     context.install(context.WorkerContext(config, connection))
+    logs.log(logging.getLogger("memq.worker"), "worker ready", queue=KINDS[args.kind],
+             name=name)
     with broker.translated(config.redis_url, f"running the {args.kind} worker"):
         worker([KINDS[args.kind]], connection, name=name).work(
             burst=args.burst, with_scheduler=False

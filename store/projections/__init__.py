@@ -16,10 +16,21 @@ import apsw
 
 from memq.errors import InvalidEvent
 from memq.events import Event
-from store.effects import Effects
-from store.log import append_event
-from store.projections import consolidation, facts, macros, messages, prefixes, tasks
-from store.projections.base import Applier, BatchApplier
+from memq.store.effects import Effects
+from memq.store.projections import (
+    consolidation,
+    documents,
+    facts,
+    forgetting,
+    macros,
+    messages,
+    prefixes,
+    retention,
+    sessions,
+    tasks,
+)
+from memq.store.projections.base import Applier, BatchApplier
+from memq.store.write.log import append_event
 
 APPLIERS: dict[str, Applier] = {
     **messages.APPLIERS,
@@ -28,6 +39,9 @@ APPLIERS: dict[str, Applier] = {
     **macros.APPLIERS,
     **prefixes.APPLIERS,
     **consolidation.APPLIERS,
+    **forgetting.APPLIERS,
+    **documents.APPLIERS,
+    **retention.APPLIERS,
 }
 
 BATCH_APPLIERS: dict[str, BatchApplier] = {
@@ -37,10 +51,8 @@ BATCH_APPLIERS: dict[str, BatchApplier] = {
 
 
 def apply_event(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
-    applier = APPLIERS.get(event.type)
-    if applier is None:
-        raise InvalidEvent(f"{event.type}: this writer has no projection for it yet")
-    applier(cur, event, seq, effects)
+    _project(cur, event, seq, effects)
+    sessions.touch(cur, sessions.changes([(seq, event)], skip=effects.tombstoned))
 
 
 def apply_events(cur: apsw.Cursor, numbered: list[tuple[int, Event]], effects: Effects) -> None:
@@ -51,7 +63,15 @@ def apply_events(cur: apsw.Cursor, numbered: list[tuple[int, Event]], effects: E
             batch_applier(cur, list(run), effects)
             continue
         for seq, event in run:
-            apply_event(cur, event, seq, effects)
+            _project(cur, event, seq, effects)
+    sessions.touch(cur, sessions.changes(numbered, skip=effects.tombstoned))
+
+
+def _project(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    applier = APPLIERS.get(event.type)
+    if applier is None:
+        raise InvalidEvent(f"{event.type}: this writer has no projection for it yet")
+    applier(cur, event, seq, effects)
 
 
 def record_event(cur: apsw.Cursor, event: Event, recorded_at: str, effects: Effects) -> bool:

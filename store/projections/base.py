@@ -7,7 +7,7 @@ from collections.abc import Callable
 import apsw
 
 from memq.events import Event
-from store.effects import Effects
+from memq.store.effects import Effects
 
 Applier = Callable[[apsw.Cursor, Event, int, Effects], None]
 """(cursor of the writer's transaction, event, its position in the log, the batch's effects)."""

@@ -32,9 +32,10 @@ import orjson
 from memq.errors import InvalidEvent, ValidationError
 from memq.events import MAX_SUMMARY_SOURCES, Event, EventType, check_proposed_fact
 from memq.logs import log
-from store.effects import ConsolidationRequest, Effects
-from store.projections.base import Applier
-from store.projections.messages import insert_message
+from memq.store.effects import ConsolidationRequest, Effects
+from memq.store.projections.base import Applier
+from memq.store.projections.forgetting import erased_by, tombstone
+from memq.store.projections.messages import insert_message
 
 logger = logging.getLogger("memq.writer")
 
@@ -63,19 +64,50 @@ def apply_consolidated(cur: apsw.Cursor, event: Event, seq: int, effects: Effect
     if not p["content"].strip():
         raise InvalidEvent("session.consolidated: the summary is empty")
     proposed_facts(p)  # validates
-    sources = _sources(cur, source_ids, str(event.session_id))
+    by = erased_by(cur, source_ids)
+    expired = _expired_since(cur, source_ids, seq, str(event.session_id)) if by else {}
+    if by is not None and not expired:
+        # A summary of forgotten turns, still in flight when they were forgotten: it holds
+        # their content, so it is tombstoned, never applied nor set aside.
+        tombstone(cur, seq, by, effects)
+        return
+    present = [source_id for source_id in source_ids if source_id not in expired]
+    sources = _sources(cur, present, str(event.session_id)) if present else []
     if any(source.consolidated_at is not None for source in sources):
         log(logger, "summary superseded: a source is already consolidated",
             summary_id=p["summary_id"], session_id=event.session_id)
         return
     chars_in = sum(len(source.content) for source in sources)
-    if len(p["content"]) >= chars_in:
+    if not expired and len(p["content"]) >= chars_in:  # (checked when first applied)
         raise InvalidEvent(
             f"session.consolidated: the summary has {len(p['content'])} characters, "
             f"not fewer than its sources' {chars_in}"
         )
-    _insert_summary(cur, event, seq, min(source.created_at for source in sources), effects)
+    starts = [source.created_at for source in sources] + [e[0] for e in expired.values()]
+    owner = next(iter(expired.values()))[1:] if expired else (None, None)
+    _insert_summary(cur, event, seq, min(starts), effects, owner)
     _mark_sources(cur, event, source_ids)
+
+
+def _expired_since(cur: apsw.Cursor, source_ids: list[str], seq: int, session_id: str
+                   ) -> dict[str, tuple[str, str | None, str | None]]:
+    """Sources erased by a retention logged after this summary: what a rebuild replays
+    once their text is gone (store/projections/retention.py). id -> (created_at, user,
+    agent), from ``erased_messages``; empty when the summary came after (a late one)."""
+    rows = cur.execute(
+        """SELECT message_id, session_id, created_at, user_id, agent_id FROM erased_messages
+           WHERE message_id IN (SELECT value FROM json_each(?)) AND erased_by > ?
+             AND created_at IS NOT NULL""",
+        (orjson.dumps(source_ids).decode(), seq)).fetchall()
+    for message_id, session, *_ in rows:
+        if session != session_id:
+            raise InvalidEvent(
+                f"session.consolidated: message {message_id} belonged to another session")
+    return {str(r[0]): (str(r[2]), _text(r[3]), _text(r[4])) for r in rows}
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def proposed_facts(payload: dict[str, Any]) -> list[dict[str, str]]:
@@ -126,7 +158,8 @@ def _sources(cur: apsw.Cursor, source_ids: list[str], session_id: str) -> list[_
 
 
 def _insert_summary(
-    cur: apsw.Cursor, event: Event, seq: int, created_at: str, effects: Effects
+    cur: apsw.Cursor, event: Event, seq: int, created_at: str, effects: Effects,
+    owner: tuple[str | None, str | None],
 ) -> None:
     p = event.payload
     row = {
@@ -135,9 +168,11 @@ def _insert_summary(
         "tool_calls_json": None, "created_at": created_at,
         "importance": float(p["importance"]), "embedding": None, "embedding_model": None,
         "embedding_dim": None, "embedding_error": None, "consolidated_at": None,
-        "seq": seq, "embedded_seq": None,
+        "seq": seq, "embedded_seq": None, "user_id": owner[0], "agent_id": owner[1],
     }
-    insert_message(cur, row, effects)
+    # The session's owner, not counted; a rebuild whose sources were erased by retention
+    # names the owner they had (the session may have no other message left to give it).
+    insert_message(cur, row, effects, counted=False)
 
 
 def _mark_sources(cur: apsw.Cursor, event: Event, source_ids: list[str]) -> None:

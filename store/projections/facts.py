@@ -1,4 +1,6 @@
-"""The ``facts`` projection: one current value per (category, key), with the user's guard.
+"""The ``facts`` projection: one current value per (user, category, key), with the guard.
+
+A fact belongs to one user (``user_id``) or to none: a global fact, ``user_id`` NULL.
 
 The guard: a fact whose current value was set by the user is changed or deleted by an
 agent (consolidation writes as an agent too) only when the event says ``force``. A
@@ -14,8 +16,9 @@ import apsw
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
-from store.effects import Effects
-from store.projections.base import Applier
+from memq.store.effects import Effects
+from memq.store.projections.base import Applier
+from memq.store.write.log import read_events
 
 
 def may_change(current_source: str | None, source: str | None, force: bool) -> bool:
@@ -27,52 +30,101 @@ def may_change(current_source: str | None, source: str | None, force: bool) -> b
     return force or source != "agent" or current_source != "user"
 
 
+# Word for word the expression of the unique index facts_by_key (migration 0014).
+_KEY = "ifnull(user_id, '') = ifnull(:user, '') AND category = :category AND key = :key"
+
+
 def set_fact_row(
-    cur: apsw.Cursor, category: str, key: str, value: str, source: str, *, force: bool, at: str
+    cur: apsw.Cursor, category: str, key: str, value: str, source: str, *, force: bool,
+    at: str, user_id: str | None = None, seq: int | None = None,
 ) -> bool:
-    """Upsert one fact under the guard; False if a user value was protected."""
-    if not may_change(current_source(cur, category, key), source, force):
+    """Upsert one fact under the guard; False if a user value was protected.
+
+    A new fact's id is ``seq``, the log position of the event that created it (unless a
+    fact imported from the seed holds that number): a number the log alone decides, so
+    it is the same after a rebuild even when other facts were forgotten before it.
+    """
+    if not may_change(current_source(cur, category, key, user_id), source, force):
         return False
+    if seq is not None and cur.execute("SELECT 1 FROM facts WHERE id = ?", (seq,)).fetchone():
+        seq = None
     cur.execute(
-        """INSERT INTO facts (category, key, value, source, created_at, updated_at)
-           VALUES (?, ?, ?, ?, ?, ?)
-           ON CONFLICT (category, key) DO UPDATE SET value = excluded.value,
-               source = excluded.source, updated_at = excluded.updated_at""",
-        (category, key, value, source, at, at),
+        """INSERT INTO facts (id, category, key, value, source, created_at, updated_at,
+                              user_id)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (ifnull(user_id, ''), category, key) DO UPDATE SET
+               value = excluded.value, source = excluded.source,
+               updated_at = excluded.updated_at""",
+        (seq, category, key, value, source, at, at, user_id),
     )
     return True
 
 
-def current_source(cur: apsw.Cursor, category: str, key: str) -> str | None:
-    row = cur.execute(
-        "SELECT source FROM facts WHERE category = ? AND key = ?", (category, key)
-    ).fetchone()
+def current_source(
+    cur: apsw.Cursor, category: str, key: str, user_id: str | None = None
+) -> str | None:
+    row = cur.execute(f"SELECT source FROM facts WHERE {_KEY}",
+                      {"user": user_id, "category": category, "key": key}).fetchone()
     return None if row is None else str(row[0])
 
 
 def apply_set(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
-    category, key = _names(event)
+    category, key, user = _names(event)
     set_fact_row(cur, category, key, p["value"], p["source"], force=bool(p.get("force")),
-                 at=event.created_at)
+                 at=event.created_at, user_id=user, seq=seq)
 
 
 def apply_deleted(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
-    category, key = _names(event)
-    if may_change(current_source(cur, category, key), p.get("source"), bool(p.get("force"))):
-        cur.execute("DELETE FROM facts WHERE category = ? AND key = ?", (category, key))
+    category, key, user = _names(event)
+    if may_change(current_source(cur, category, key, user), p.get("source"),
+                  bool(p.get("force"))):
+        cur.execute(f"DELETE FROM facts WHERE {_KEY}",
+                    {"user": user, "category": category, "key": key})
 
 
-def _names(event: Event) -> tuple[str, str]:
+def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    """One row of the legacy ``facts`` table, as it was (global): its id, source and both
+    times."""
+    p = event.payload
+    category, key, _ = _names(event)
+    try:
+        cur.execute(
+            """INSERT INTO facts (id, category, key, value, source, created_at, updated_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?)""",
+            (p["fact_id"], category, key, p["value"], p["source"], p["created_at"],
+             p["updated_at"]),
+        )
+    except apsw.ConstraintError as exc:
+        raise InvalidEvent(f"fact {p['fact_id']} ({category}/{key}) already exists") from exc
+
+
+def _names(event: Event) -> tuple[str, str, str | None]:
     # The schema bounds the length; the client's rule (no blank, no control character)
     # is enforced here too, for events that did not come through the client.
     category = check_identifier("category", event.payload["category"], error=InvalidEvent)
     key = check_identifier("key", event.payload["key"], error=InvalidEvent)
-    return category, key
+    user = event.payload.get("user_id")
+    if user is not None:
+        user = check_identifier("user_id", user, error=InvalidEvent)
+    return category, key, user
 
 
 APPLIERS: dict[str, Applier] = {
     EventType.FACT_SET: apply_set,
     EventType.FACT_DELETED: apply_deleted,
+    EventType.FACT_IMPORTED: apply_imported,
 }
+
+
+def relearn(cur: apsw.Cursor) -> int:
+    """Rebuild this projection alone from the log (a migration whose rule the rows must
+    follow); returns how many events were replayed."""
+    cur.execute("DELETE FROM facts")
+    effects = Effects()  # facts owe no follow-up
+    count = 0
+    for seq, event in read_events(cur.getconnection(), types=tuple(APPLIERS)):
+        APPLIERS[event.type](cur, event, seq, effects)
+        count += 1
+    return count

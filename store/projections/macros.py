@@ -10,6 +10,7 @@ macro, at most :data:`MAX_TEMPLATES` per macro (the least used, then the oldest,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import apsw
@@ -17,15 +18,17 @@ import orjson
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
+from memq.store.effects import Effects
+from memq.store.projections.base import Applier
+from memq.store.write.log import read_events
 from memq.toolcalls import (
     ANY_ARGS,
     PRIOR_HITS,
     PRIOR_TOTAL,
     args_pattern,
     next_args_template,
+    scrub_template,
 )
-from store.effects import Effects
-from store.projections.base import Applier
 
 MAX_TEMPLATES = 16
 """Candidate next-argument templates kept per macro (bounds the table for free text)."""
@@ -160,7 +163,64 @@ def apply_used(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> No
         raise InvalidEvent(f"unknown macro {macro_id}")
 
 
+def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    """One row of the legacy ``macros`` table, as it was: id, confidence, uses and times.
+
+    memq's counts behind the confidence start at zero: the seed did not keep them. The
+    seed's confidence stands until memq itself sees a call of the trigger tool with that
+    pattern, and from then on memq's rule (:mod:`memq.toolcalls`) estimates it.
+    """
+    p = event.payload
+    for name in ("trigger_tool", "next_tool"):
+        check_identifier(name, p[name], error=InvalidEvent)
+    # The seed kept literal values in its templates: its credentials are not carried over.
+    p = {**p, "trigger_args_pattern": scrub_template(p["trigger_args_pattern"]),
+         "next_args": None if p.get("next_args") is None else scrub_template(p["next_args"])}
+    try:
+        cur.execute(
+            """INSERT INTO macros (id, trigger_tool, trigger_args_pattern, next_tool,
+                   next_args, confidence, used_count, created_at, updated_at,
+                   transition_count, trigger_count)
+               VALUES (:macro_id, :trigger_tool, :trigger_args_pattern, :next_tool,
+                   :next_args, :confidence, :used_count, :created_at, :updated_at, 0, 0)""",
+            p,
+        )
+    except apsw.ConstraintError as exc:
+        raise InvalidEvent(
+            f"macro {p['macro_id']} ({p['trigger_tool']} {p['trigger_args_pattern']} -> "
+            f"{p['next_tool']}) duplicates another macro's id or transition"
+        ) from exc
+
+
+def relearn(cur: apsw.Cursor, refused: Callable[[int], None] | None = None) -> int:
+    """Rebuild this projection alone from the log, under today's rule; returns the events.
+
+    For a rule change that the rows must follow (a migration), or for calls that were
+    forgotten (store/projections/forgetting.py): replaying the events that feed these
+    tables, in log order, gives the rows a full rebuild would, ids included. With
+    ``refused``, an event that no longer applies (a use of a macro that only forgotten
+    calls had taught) is handed to it by position instead of stopping the replay.
+    """
+    cur.execute("DELETE FROM macros; DELETE FROM macro_next_args; DELETE FROM macro_last_calls")
+    effects = Effects()  # macros owe no follow-up
+    feeding = (*APPLIERS, EventType.SESSION_FORGOTTEN)
+    count = 0
+    for seq, event in read_events(cur.getconnection(), types=feeding):
+        if event.type == EventType.SESSION_FORGOTTEN:
+            forget_session(cur, str(event.session_id))
+        else:
+            try:
+                APPLIERS[event.type](cur, event, seq, effects)
+            except InvalidEvent:
+                if refused is None:
+                    raise
+                refused(seq)
+        count += 1
+    return count
+
+
 APPLIERS: dict[str, Applier] = {
     EventType.MACRO_OBSERVED: apply_observed,
     EventType.MACRO_USED: apply_used,
+    EventType.MACRO_IMPORTED: apply_imported,
 }

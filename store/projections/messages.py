@@ -5,25 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 import apsw
+import numpy as np
 import orjson
 
 from memq.errors import InvalidEvent
-from memq.events import Event, EventType
-from store import bulk, lexical, vectors
-from store.effects import Effects
-from store.projections.base import Applier, BatchApplier
+from memq.events import MAX_EMBEDDING_DIM, Event, EventType
+from memq.store import lexical, vectors
+from memq.store.effects import Effects
+from memq.store.projections.base import Applier, BatchApplier
+from memq.store.projections.forgetting import erased_by, tombstone
+from memq.store.projections.sessions import claim as claim_owners
+from memq.store.write import bulk
 
 _INSERT = """
     INSERT INTO messages (id, session_id, role, content, tool_call_id, tool_name,
         tool_calls_json, created_at, importance, embedding, embedding_model, embedding_dim,
-        embedding_error, consolidated_at, seq, embedded_seq)
+        embedding_error, consolidated_at, seq, embedded_seq, user_id, agent_id)
     VALUES (:id, :session_id, :role, :content, :tool_call_id, :tool_name, :tool_calls_json,
         :created_at, :importance, :embedding, :embedding_model, :embedding_dim,
-        :embedding_error, :consolidated_at, :seq, :embedded_seq)
+        :embedding_error, :consolidated_at, :seq, :embedded_seq, :user_id, :agent_id)
 """
 
 _NEW_COLUMNS = ("id", "session_id", "role", "content", "tool_call_id", "tool_name",
-                "tool_calls_json", "created_at", "importance", "seq")
+                "tool_calls_json", "created_at", "importance", "seq", "user_id", "agent_id")
 """What a new message has; the other columns start NULL."""
 
 _INSERT_NEW = f"""
@@ -31,15 +35,26 @@ _INSERT_NEW = f"""
     SELECT {bulk.select_columns(len(_NEW_COLUMNS))} FROM json_each(?1)"""
 
 
-def insert_message(cur: apsw.Cursor, row: dict[str, Any], effects: Effects) -> None:
-    """Insert one message row; a message id seen before under another event is refused."""
+def insert_message(
+    cur: apsw.Cursor, row: dict[str, Any], effects: Effects, *, counted: bool = True
+) -> None:
+    """Insert one message row; a message id seen before under another event is refused.
+
+    The row takes its session's owner (see :mod:`store.projections.sessions`); a summary
+    is inserted with ``counted=False`` and does not count as a message of its session.
+    """
+    claim_owners(cur, [row], counted=counted)
     try:
         cur.execute(_INSERT, row)
     except apsw.ConstraintError as exc:
         raise InvalidEvent(f"message {row['id']} already exists") from exc
-    lexical.index(cur, [(row["seq"], row["session_id"], row["content"])])
+    lexical.index(cur, [_indexed(row)])
     if row["embedding"] is None and row["embedding_error"] is None and row["content"].strip():
         effects.embed.append((row["id"], row["content"]))
+
+
+def _indexed(row: dict[str, Any]) -> lexical.Indexed:
+    return row["seq"], row["session_id"], row["content"], row["user_id"], row["agent_id"]
 
 
 def _base_row(event: Event, seq: int) -> dict[str, Any]:
@@ -62,6 +77,8 @@ def _base_row(event: Event, seq: int) -> dict[str, Any]:
         "consolidated_at": None,
         "seq": seq,
         "embedded_seq": None,
+        "user_id": p.get("user_id"),  # what the event asks for; claim_owners decides
+        "agent_id": p.get("agent_id"),
     }
 
 
@@ -74,8 +91,9 @@ def apply_appended_many(
 ) -> None:
     """A run of appends with one statement; a clash raises and the writer goes careful."""
     rows = [_base_row(event, seq) for seq, event in numbered]
+    claim_owners(cur, rows)
     bulk.insert(cur, _INSERT_NEW, ([r[c] for c in _NEW_COLUMNS] for r in rows))
-    lexical.index(cur, [(r["seq"], r["session_id"], r["content"]) for r in rows])
+    lexical.index(cur, [_indexed(r) for r in rows])
     effects.embed.extend((r["id"], r["content"]) for r in rows if r["content"].strip())
 
 
@@ -101,12 +119,16 @@ def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
 
 def _legacy_dim(embedding: bytes | str) -> int:
     try:
-        vector = vectors.decode(embedding)
+        with np.errstate(over="ignore"):  # too large for float32: caught just below
+            vector = vectors.decode(embedding)
     except (ValueError, TypeError) as exc:  # JSON that is not a flat list of numbers
         raise InvalidEvent(f"message.imported: the embedding is not a list of numbers: {exc}"
                            ) from exc
-    if vector.ndim != 1:
-        raise InvalidEvent("message.imported: the embedding is not a flat list of numbers")
+    if vector.ndim != 1 or not 1 <= len(vector) <= MAX_EMBEDDING_DIM:
+        raise InvalidEvent(
+            f"message.imported: the embedding is not a flat list of 1-{MAX_EMBEDDING_DIM} numbers")
+    if not np.isfinite(vector).all():  # 1e300 is a JSON number, but no float32
+        raise InvalidEvent("message.imported: the embedding holds NaN or infinity")
     return len(vector)
 
 
@@ -122,7 +144,7 @@ def apply_embedded(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
         (blob, p["model"], p["dim"], seq, p["message_id"], p["model"]),
     )
     if cur.getconnection().changes() == 0:
-        _require_message(cur, p["message_id"])
+        _require_message(cur, p["message_id"], seq, effects)
 
 
 def apply_embedding_failed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
@@ -136,12 +158,19 @@ def apply_embedding_failed(cur: apsw.Cursor, event: Event, seq: int, effects: Ef
         (p["error"], p["message_id"], p["model"]),
     )
     if cur.getconnection().changes() == 0:
-        _require_message(cur, p["message_id"])
+        _require_message(cur, p["message_id"], seq, effects)
 
 
-def _require_message(cur: apsw.Cursor, message_id: str) -> None:
-    if cur.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchone() is None:
+def _require_message(cur: apsw.Cursor, message_id: str, seq: int, effects: Effects) -> None:
+    """Refuse a result for a message that does not exist, unless it was forgotten: a
+    result still in flight then is no mistake, and its vector must not stay in the log
+    (nor among the rejected events), so the event becomes a tombstone."""
+    if cur.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchone():
+        return
+    by = erased_by(cur, [message_id])
+    if by is None:
         raise InvalidEvent(f"unknown message {message_id}")
+    tombstone(cur, seq, by, effects)
 
 
 APPLIERS: dict[str, Applier] = {

@@ -13,8 +13,8 @@ import apsw
 from memq.approvals import normalize_prefix
 from memq.errors import InvalidEvent, ValidationError
 from memq.events import Event, EventType
-from store.effects import Effects
-from store.projections.base import Applier
+from memq.store.effects import Effects
+from memq.store.projections.base import Applier
 
 
 def apply_allowed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
@@ -31,7 +31,9 @@ def apply_revoked(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) ->
 
 def _prefix(event: Event) -> str:
     try:
-        return normalize_prefix(event.payload["prefix"])
+        # runners_ok: an approval logged before RUNNERS existed still replays (it approves
+        # nothing: the matcher refuses it), and can be revoked
+        return normalize_prefix(event.payload["prefix"], runners_ok=True)
     except ValidationError as exc:
         raise InvalidEvent(f"{event.type}: {exc}") from None
 

@@ -20,22 +20,18 @@ delete legitimately (a run already on its way), and the event stays in the log.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
 import apsw
 
 from memq.clock import parse_rfc3339, to_rfc3339
+from memq.cron import first_run, next_run
 from memq.errors import InvalidEvent, ScheduleError
-from memq.events import Event, EventType
+from memq.events import TASK_ID, Event, EventType
 from memq.schedule import validate_cron, validate_timezone
-from store.cron import next_run
-from store.effects import Effects
-from store.projections.base import Applier
-
-TASK_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
-"""Task ids become part of job ids, which RQ limits to these characters."""
+from memq.store.effects import Effects
+from memq.store.projections.base import Applier
 
 COLUMNS = (
     "id, name, cron_expr, original_schedule, prompt, source, is_oneshot, is_paused, "
@@ -58,10 +54,18 @@ def _timing(cron_expr: str, tz: str, oneshot: bool, run_at: str | None) -> None:
 
 
 def _first_run(row: dict[str, Any], run_at: str | None, after: str) -> str:
-    if row["is_oneshot"]:
-        assert run_at is not None  # checked by _timing
-        return to_rfc3339(parse_rfc3339(run_at))
-    return to_rfc3339(next_run(row["cron_expr"], after=parse_rfc3339(after), tz=row["tz"]))
+    try:
+        return first_run(row["cron_expr"], row["tz"], oneshot=bool(row["is_oneshot"]),
+                         run_at=run_at, after=after)
+    except ScheduleError as exc:  # no run a date can hold (after year 9999)
+        raise InvalidEvent(str(exc)) from None
+
+
+def _next_run(row: dict[str, Any], after: datetime) -> str:
+    try:
+        return to_rfc3339(next_run(row["cron_expr"], after=after, tz=row["tz"]))
+    except ScheduleError as exc:  # no run a date can hold (after year 9999)
+        raise InvalidEvent(str(exc)) from None
 
 
 def _load(cur: apsw.Cursor, task_id: str) -> dict[str, Any] | None:
@@ -138,7 +142,7 @@ def apply_fired(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> N
     row["last_run_at"] = to_rfc3339(fired_at)
     row["updated_at"] = event.created_at
     if not row["is_paused"]:
-        row["next_run_at"] = to_rfc3339(next_run(row["cron_expr"], after=after, tz=row["tz"]))
+        row["next_run_at"] = _next_run(row, after)
     _save(cur, row)
 
 
@@ -147,9 +151,28 @@ def apply_deleted(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) ->
     effects.tasks_changed.add(event.payload["task_id"])
 
 
+def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    """One row of the legacy ``scheduled_tasks`` table, as it was: the schedule, the
+    paused and trusted flags, the next and last runs and both times."""
+    p = event.payload
+    if not TASK_ID.fullmatch(p["task_id"]):
+        raise InvalidEvent("task_id must be 1-100 letters, digits, '-' or '_'")
+    if _load(cur, p["task_id"]) is not None:
+        raise InvalidEvent(f"task {p['task_id']} already exists")
+    _timing(p["cron_expr"], p["tz"], oneshot=False, run_at=None)
+    row: dict[str, Any] = {"id": p["task_id"], "source": p["source"],
+                           "is_paused": int(p["paused"]), "next_run_at": p.get("next_run_at"),
+                           "last_run_at": p.get("last_run_at"),
+                           "created_at": p["created_at"], "updated_at": p["updated_at"]}
+    row.update({column: p[field] for field, column in _FIELD_COLUMNS.items()})
+    _save(cur, row)
+    effects.tasks_changed.add(p["task_id"])
+
+
 APPLIERS: dict[str, Applier] = {
     EventType.TASK_SCHEDULED: apply_scheduled,
     EventType.TASK_CHANGED: apply_changed,
     EventType.TASK_FIRED: apply_fired,
     EventType.TASK_DELETED: apply_deleted,
+    EventType.TASK_IMPORTED: apply_imported,
 }

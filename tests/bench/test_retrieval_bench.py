@@ -29,7 +29,7 @@ def turn(n: int, i: int, speaker: str, text: str) -> dict[str, Any]:
     return {"speaker": speaker, "dia_id": f"D{n}:{i}", "text": text}
 
 
-def small_file(tmp_path: Path) -> Path:
+def conversation(sample_id: str) -> dict[str, Any]:
     sessions: dict[str, Any] = {"speaker_a": "Ana", "speaker_b": "Ben"}
     for n in range(1, 4):
         sessions[f"session_{n}_date_time"] = f"{n}:00 pm on {n} May, 2023"
@@ -46,15 +46,19 @@ def small_file(tmp_path: Path) -> Path:
         {"question": "What is never said?", "answer": "-", "category": 5,
          "evidence": ["D1:1"]},
     ]
+    return {"sample_id": sample_id, "conversation": sessions, "qa": qa}
+
+
+def small_file(tmp_path: Path, conversations: int = 1) -> Path:
     path = tmp_path / "small.json"
-    path.write_bytes(orjson.dumps([{"sample_id": "tiny", "conversation": sessions, "qa": qa}]))
+    path.write_bytes(orjson.dumps([conversation(f"tiny{n or ''}") for n in range(conversations)]))
     return path
 
 
 def test_the_bench_runs_on_any_file_of_the_shape(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scores = retrieval.evaluate(small_file(tmp_path), [1, 2, 3, 4], ["tri-hybrid", "recall"])
+    scores = retrieval.evaluate(small_file(tmp_path), [1, 2, 3, 4], retrieval.Run())
     out = capsys.readouterr().out
     assert list(scores) == [*retrieval.BASELINES, "tri-hybrid", "recall"]
     assert "1 conversations, 30 turns; questions scored: cat 1: 1, cat 2: 0" in out
@@ -71,6 +75,30 @@ def test_the_bench_runs_on_any_file_of_the_shape(
         assert name in out
 
 
+def test_user_scope_folds_and_the_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each LoCoMo session its own memq session of one user, asked from the last one at
+    user scope; every conversation held out once; the second run reads the cached corpus."""
+    data, cache = small_file(tmp_path, conversations=2), tmp_path / "cache"
+    run = retrieval.Run(("recall",), folds=True)
+    first = retrieval.evaluate(data, [1, 2, 3, 4], run, layout="user", cache=cache)
+    out = capsys.readouterr().out
+    assert "layout: user" in out
+    assert "embedded by the embed worker" in out
+    assert "held out tiny (tuned on tiny1)" in out
+    assert "held out tiny1 (tuned on tiny)" in out
+    assert "mean of the held-out folds" in out
+    # The evidence sits in sessions 2 and 3, the questions are asked from session 3.
+    assert first["recall"].mean() == 1.0
+    assert first["BM25 top-20"].mean() == 1.0
+    again = retrieval.evaluate(data, [1, 2, 3, 4], run, layout="user", cache=cache)
+    out = capsys.readouterr().out
+    assert "corpus read from the cache" in out
+    assert "embedded by" not in out
+    assert again["recall"].mean() == 1.0
+
+
 def test_the_bench_refuses_a_bad_file_or_profile(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a list"}')
@@ -85,7 +113,7 @@ def test_the_bench_refuses_a_bad_file_or_profile(tmp_path: Path) -> None:
 def test_recall_reaches_its_goal_on_the_development_file(
     capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scores = retrieval.evaluate(DEV_FILE, [1, 2, 3, 4], ["recall"], baselines=False)
+    scores = retrieval.evaluate(DEV_FILE, [1, 2, 3, 4], retrieval.Run(("recall",), False))
     print(capsys.readouterr().out)
     assert sum(len(v) for v in scores["recall"].recall.values()) == 383
     assert scores["recall"].mean() >= 0.70

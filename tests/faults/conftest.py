@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RedisServer
+from memq.testing import RedisServer
 from tests.faults import figures
 
 

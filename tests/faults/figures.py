@@ -16,9 +16,15 @@ LABELS = {
     "appends": "acknowledged appends verified",
     "events": "acknowledged events verified (appends, facts, embeddings)",
     "bad_inputs": "hostile inputs refused or stored verbatim",
+    "fuzzed": "fuzzed inbox entries, each with a good neighbour committed",
+    "fuzzed_set_aside": "  of which set aside with a reason",
     "redis_restarts": "Redis restarts ridden out",
     "disk_full": "disk-full stalls recovered",
+    "failovers": "Redis master failovers (SIGKILL, Sentinel) ridden out",
+    "restores": "databases lost under load, restored from the replica",
+    "restore_reapplied": "  inbox entries applied again beyond the restored replica",
     "lost": "events lost",
+    "lost_unreplicated": "  appends lost to a failover with wait_replicas = 0 (counted)",
     "duplicated": "events duplicated",
 }
 

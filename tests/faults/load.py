@@ -18,13 +18,13 @@ import apsw
 import numpy as np
 import redis
 
+from memq import MemoryClient
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
 from memq.errors import BrokerError
 from memq.events import Event, EventType
-from producers import MemoryClient
-from store import rebuild, vectors
-from workers.context import WorkerContext
+from memq.store import rebuild, vectors
+from memq.workers.context import WorkerContext
 
 WORDS = ("the", "deploy", "failed", "because", "redis", "was", "restarted", "while", "we",
          "booked", "a", "table", "for", "friday", "at", "eight", "remember", "my", "sister")

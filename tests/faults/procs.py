@@ -35,6 +35,7 @@ class Proc:
         with log.open("ab") as out:
             self.popen = subprocess.Popen(memq_command(*args, *extra), cwd=ROOT, env=env(),
                                           stdout=out, stderr=subprocess.STDOUT)
+        _started.append(self)
 
     @property
     def alive(self) -> bool:
@@ -56,23 +57,38 @@ class Proc:
         return self.log.read_text(errors="replace")
 
 
+_started: list[Proc] = []
+
+
+def kill_leftovers() -> None:
+    """SIGKILL every process a test started and left running (it failed half-way)."""
+    while _started:
+        proc = _started.pop()
+        if proc.alive:
+            proc.kill()
+
+
 def start_writer(config: Config, log: Path, config_file: Path | None = None) -> Proc:
     return Proc(log, "writer", "--db", config.db_path, "--redis-url", config.redis_url,
                 config_file=config_file)
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Poll for what another process brings about; fail naming ``what`` if it never comes."""
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0,
+               state: Callable[[], str] | None = None) -> None:
+    """Poll for what another process brings about; fail naming ``what`` if it never comes,
+    with what ``state()`` says about the world then (a failure on CI is all one gets)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"gave up after {timeout:g} s waiting for {what}")
+            detail = f"\n{state()}" if state is not None else ""
+            pytest.fail(f"gave up after {timeout:g} s waiting for {what}{detail}")
         time.sleep(0.01)
 
 
-def committed(broker: redis.Redis) -> bytes | None:
-    value: bytes | None = broker.get(names.COMMITTED_KEY)
-    return value
+def committed(broker: redis.Redis) -> tuple[tuple[int, int], ...]:
+    """The commit position of each inbox stream; each only moves forward, so any change
+    means the writer committed something."""
+    return tuple(position(v) for v in broker.mget(list(names.COMMITTED_KEYS.values())))
 
 
 def position(stream_id: bytes | None) -> tuple[int, int]:

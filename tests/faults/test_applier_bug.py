@@ -10,12 +10,14 @@ import subprocess
 import apsw
 import pytest
 
+from memq import MemoryClient
 from memq.config import Config
+from memq.errors import EventsRejected
 from memq.events import Event
-from producers import MemoryClient
-from store import projections
-from store.effects import Effects
-from tests.conftest import ROOT, WriterThread, memq_command
+from memq.store import projections
+from memq.store.effects import Effects
+from memq.testing import WriterThread
+from tests.conftest import ROOT, memq_command
 from tests.faults import figures
 
 pytestmark = [pytest.mark.faults, pytest.mark.redis]
@@ -36,7 +38,8 @@ def test_an_applier_bug_sets_the_event_aside_and_the_writer_goes_on(
             before = client.append("s1", "user", "before")
             client.set_fact("c", "k", "v")
             after = client.append("s1", "user", "after")
-        client.flush(30)
+        with pytest.raises(EventsRejected, match="a key the applier forgot"):
+            client.flush(30)
         assert [m.id for m in client.history("s1")] == [before, after]
         assert writer.thread is not None
         assert writer.thread.is_alive()

@@ -19,10 +19,9 @@ import orjson
 import pytest
 import redis
 
-from memq import names
+from memq import MemoryClient, names
 from memq.config import Config
 from memq.errors import FlushTimeout
-from producers import MemoryClient
 from tests.conftest import ROOT
 from tests.faults import figures
 from tests.faults.load import Sent, verify

@@ -22,7 +22,8 @@ import redis
 from memq import names
 from memq.cli import main
 from memq.config import Config
-from tests.conftest import ROOT, RedisServer, WriterThread
+from memq.testing import RedisServer, WriterThread
+from tests.conftest import ROOT
 from tests.faults import figures
 from tests.faults.procs import env
 
@@ -56,17 +57,22 @@ USAGE = [
     usage("worker without a kind", "the following arguments are required: kind", "worker"),
     usage("worker of an unknown kind", "invalid choice: 'pickle'", "worker", "pickle"),
     usage("rejected without an action", "required: ACTION", "rejected"),
-    usage("replay of a word", "invalid int value: 'abc'", "rejected", "replay", "abc"),
-    usage("replay of a float", "invalid int value: '1e3'", "rejected", "replay", "1e3"),
-    usage("replay of a NUL", "invalid int value", "rejected", "replay", "1\x00"),
-    usage("metrics port too big", "a port is between 0 and 65535, got 99999",
+    usage("replay of a word", "whole number of at most 18 digits: 'abc'",
+          "rejected", "replay", "abc"),
+    usage("replay of a float", "whole number of at most 18 digits: '1e3'",
+          "rejected", "replay", "1e3"),
+    usage("replay of a NUL", "not a whole number", "rejected", "replay", "1\x00"),
+    usage("metrics port too big", "a port number is from 0 to 65535, got 99999",
           "metrics", "--port", "99999"),
     usage("metrics port a word", "not a port number: 'http'", "metrics", "--port", "http"),
-    usage("dashboard port negative", "a port is between 0 and 65535, got -5",
+    usage("dashboard port negative", "a port number is from 0 to 65535, got -5",
           "dashboard", "--port=-5"),
-    usage("scheduler interval 0", "must be positive, got 0", "scheduler", "--interval", "0"),
-    usage("scheduler interval NaN", "must be positive, got nan", "scheduler", "--interval", "nan"),
-    usage("scheduler interval a word", "not a number: 'soon'", "scheduler", "--interval", "soon"),
+    usage("scheduler interval 0", "a positive number of seconds, got 0",
+          "scheduler", "--interval", "0"),
+    usage("scheduler interval NaN", "a positive number of seconds, got nan",
+          "scheduler", "--interval", "nan"),
+    usage("scheduler interval a word", "not a number of seconds: 'soon'",
+          "scheduler", "--interval", "soon"),
     usage("demo timeout negative", "must be a positive number of seconds",
           "demo", "--timeout=-1"),
     usage("demo timeout infinite", "must be a positive number of seconds",
@@ -75,11 +81,24 @@ USAGE = [
     usage("unknown option", "unrecognized arguments: --bogus", "status", "--bogus"),
     usage("option without its value", "expected one argument", "up", "--redis-url"),
     usage("db without its value", "expected one argument", "rebuild", "--check", "--db"),
+    # Values memq itself refuses on the command line are usage errors too.
+    usage("replay without ids", "name the rejected event ids to replay, or pass --all",
+          "rejected", "replay", "--db", "{db}"),
+    usage("parse nonsense", "cannot understand schedule 'whenever'", "tasks", "parse", "whenever"),
+    usage("parse in an unknown zone", "unknown time zone 'Mars/Olympus'",
+          "tasks", "parse", "--tz", "Mars/Olympus", "daily"),
+    usage("parse with a NUL", "cannot understand schedule", "tasks", "parse", "daily\x00at 9"),
+    usage("parse with an undecodable byte", "cannot understand schedule '\\udcff'",
+          "tasks", "parse", "\udcff"),
+    usage("parse of 1000 characters", "schedule text is longer than 200 characters",
+          "tasks", "parse", "x" * 1000),
+    usage("context of an unknown profile", "argument --profile: unknown profile 'bogus'",
+          "context", "s1", "--profile", "bogus", "--db", "{db}"),
+    usage("context of a blank session", "session_id must not be empty",
+          "context", " ", "--db", "{db}", "--model-dir", "{dir}"),
 ]
 
 ERRORS = [
-    error("replay without ids", "name the rejected event ids to replay, or pass --all",
-          "rejected", "replay", "--db", "{db}"),
     error("replay of an unknown id", "no rejected event with id 999",
           "rejected", "replay", "999", "--db", "{db}", "--redis-url", "{url}"),
     error("replay to a dead Redis", "replaying rejected events failed at "
@@ -107,21 +126,13 @@ ERRORS = [
           "tasks", "list", "--db", "{garbage}"),
     error("status of a file that is not a database", "file is not a database",
           "status", "--db", "{garbage}", "--redis-url", "{url}", stream="out"),
-    error("parse nonsense", "cannot understand schedule 'whenever'", "tasks", "parse", "whenever"),
-    error("parse in an unknown zone", "unknown time zone 'Mars/Olympus'",
-          "tasks", "parse", "--tz", "Mars/Olympus", "daily"),
-    error("parse with a NUL", "cannot understand schedule", "tasks", "parse", "daily\x00at 9"),
-    error("parse with an undecodable byte", "cannot understand schedule '\\udcff'",
-          "tasks", "parse", "\udcff"),
-    error("parse of 1000 characters", "schedule text is longer than 200 characters",
-          "tasks", "parse", "x" * 1000),
     error("missing config file", "configuration file not found: {missing}",
           "status", "--config", "{missing}"),
     error("config that is not TOML", "is not valid TOML", "status", "--config", "{toml_bad}"),
     error("config that is binary", "is not valid TOML", "status", "--config", "{garbage}"),
     error("config that is a directory", "cannot read the configuration file {dir}",
           "status", "--config", "{dir}"),
-    error("config with an unknown key", "unknown key(s) in [writer]: bogus",
+    error("config with an unknown key", "{toml_unknown}: unknown key(s) in [writer]: bogus",
           "status", "--config", "{toml_unknown}"),
     error("config with a wrong type", "[writer] batch_size must be int, got 'many'",
           "status", "--config", "{toml_type}"),

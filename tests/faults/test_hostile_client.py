@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import orjson
 import pytest
 
+from memq import MemoryClient
 from memq.config import Config, EmbedConfig
 from memq.errors import NotFound, ScheduleError, ValidationError
-from producers import MemoryClient
-from tests.conftest import MODEL_DIR, RedisServer, WriterThread
+from memq.testing import RedisServer, WriterThread
+from memq.toolcalls import shrink_args
+from tests.conftest import MODEL_DIR
 from tests.faults import figures
 from tests.faults.hostile import SQL_LOOKING, Case, bad_identifiers, deep_dict, deep_list
 
@@ -78,12 +81,12 @@ def append_cases() -> list[Case]:
         case("content an int", V, "content must be a string, got int", "s1", "user", 7),
         case("content bytes", V, "content must be a string, got bytes", "s1", "user", b"x"),
         case("content a list", V, "content must be a string, got list", "s1", "user", ["x"]),
-        case("content 1 byte too long", V, f"payload.content is 65537 bytes, {limit}",
+        case("content 1 byte too long", V, f"content is 65537 bytes, {limit}",
              "s1", "user", "x" * 65537),
-        case("content too long in UTF-8 only", V, f"payload.content is 80000 bytes, {limit}",
+        case("content too long in UTF-8 only", V, f"content is 80000 bytes, {limit}",
              "s1", "user", "é" * 40000),
         case("content of 10 MB", V, limit, "s1", "user", "x" * 10_000_000),
-        case("content with NUL", V, "payload.content contains a NUL character",
+        case("content with NUL", V, "content contains a NUL character",
              "s1", "user", "a\x00b"),
         case("content with a lone surrogate", V,
              "payload.content contains a lone surrogate, which is not valid UTF-8",
@@ -99,20 +102,25 @@ def append_cases() -> list[Case]:
         case("importance NaN", V, "between 0.0 and 1.0, got nan", importance=math.nan),
         case("importance infinite", V, "between 0.0 and 1.0, got inf", importance=math.inf),
         case("importance huge int", V, "between 0.0 and 1.0", importance=10**400),
+        # Python refuses to print an int of more than 4,300 digits: the message must not try.
+        case("importance of 5000 digits", V,
+             "importance must be between 0.0 and 1.0, got an integer of 5001 digits",
+             importance=10**5000),
+        case("role of 5000 digits", V, "got an integer of 5001 digits", "s1", 10**5000, "x"),
         case("tool_calls a string", V, "tool_calls must be a list, got str", tool_calls="[]"),
         case("tool_calls a dict", V, "tool_calls must be a list, got dict", tool_calls={"a": 1}),
         case("tool_calls an object", V,
-             "tool_calls must be JSON-serialisable: Type is not JSON serializable: object",
+             "tool_calls cannot be stored as JSON: Type is not JSON serializable: object",
              tool_calls=[object()]),
         case("tool_calls nested 300 deep", V,
-             "tool_calls must be JSON-serialisable: Recursion limit reached",
+             "tool_calls cannot be stored as JSON: Recursion limit reached",
              tool_calls=[deep_list(300)]),
         case("tool_calls nested 100000 deep", V, "Recursion limit reached",
              tool_calls=[deep_list(100_000)]),
-        case("tool_calls int key", V, "tool_calls must be JSON-serialisable: Dict key must be str",
+        case("tool_calls int key", V, "tool_calls cannot be stored as JSON: Dict key must be str",
              tool_calls=[{1: "a"}]),
         case("tool_calls 2**70", V, "Integer exceeds 64-bit range", tool_calls=[2**70]),
-        case("tool_calls lone surrogate", V, "tool_calls must be JSON-serialisable: str is not "
+        case("tool_calls lone surrogate", V, "tool_calls cannot be stored as JSON: str is not "
              "valid UTF-8: surrogates not allowed", tool_calls=[{"a": "\ud800"}]),
         case("tool_calls of 1.2 MB", V, "bytes, over the 1048576 limit",
              tool_calls=["x"] * 300_000),
@@ -154,9 +162,9 @@ def other_cases() -> list[Case]:
              "value must not be empty (use delete_fact to remove a fact)"),
         Case("value blank", "set_fact", ("c", "k", "  \n"), {}, V, "value must not be empty"),
         Case("value too long", "set_fact", ("c", "k", "v" * 65537), {}, V,
-             "payload.value is 65537 bytes, over the 65536 byte limit"),
+             "value is 65537 bytes, over the 65536 byte limit"),
         Case("value with NUL", "set_fact", ("c", "k", "a\x00"), {}, V,
-             "payload.value contains a NUL character"),
+             "value contains a NUL character"),
         Case("value with a lone surrogate", "set_fact", ("c", "k", "\ud800"), {}, V,
              "payload.value contains a lone surrogate"),
         Case("source admin", "set_fact", ("c", "k", "v", "admin"), {}, V,
@@ -216,7 +224,7 @@ def other_cases() -> list[Case]:
             ("a shell keyword", "if true", "prefix starts with the shell keyword 'if'"),
             ("an assignment", "PATH=/tmp ls", "prefix starts with an environment assignment"),
             ("a glob", "rm *", "prefix contains an unsupported character '*'"),
-            ("too long", "a" * 501, "payload.prefix is 501 characters, over the 500 limit"),
+            ("too long", "a" * 501, "prefix is 501 characters, over the 500 limit"),
         )],
         Case("never allowed", "revoke_prefix", ("never allowed",), {}, nf,
              "'never allowed' is not an allowed prefix"),
@@ -248,9 +256,9 @@ def other_cases() -> list[Case]:
             ("prompt None", ("n", "daily at 9am", None), {}, V, "prompt must be a string"),
             ("prompt empty", ("n", "daily at 9am", ""), {}, V, "prompt must not be empty"),
             ("prompt too long", ("n", "daily at 9am", "p" * 65537), {}, V,
-             "payload.prompt is 65537 bytes, over the 65536 byte limit"),
+             "prompt is 65537 bytes, over the 65536 byte limit"),
             ("prompt with NUL", ("n", "daily at 9am", "p\x00"), {}, V,
-             "payload.prompt contains a NUL character"),
+             "prompt contains a NUL character"),
             ("prompt with a lone surrogate", ("n", "daily at 9am", "\udc80"), {}, V,
              "payload.prompt contains a lone surrogate"),
             ("oneshot a string", ("n", "daily at 9am", "p"), {"oneshot": "true"}, V,
@@ -326,7 +334,8 @@ def test_hostile_client_call(case: Case, stack: Stack) -> None:
 
 
 def read_back(client: MemoryClient, case: Case, result: Any) -> None:
-    """A valid odd input comes back exactly as it was given."""
+    """A valid odd input comes back exactly as it was given (or as memq documents it is
+    kept), and reads with odd arguments return what they name and nothing else."""
     if case.method == "append":
         session, _, content = case.args
         assert (result, content) in [(m.id, m.content) for m in client.history(session, 10_000)]
@@ -338,8 +347,28 @@ def read_back(client: MemoryClient, case: Case, result: Any) -> None:
         assert (task.name, task.prompt) == (case.args[0], case.args[2])
     elif case.method == "is_command_allowed":
         assert result is False
+    elif case.method == "record_tool_call":
+        # Arguments are kept shortened (memq.toolcalls.shrink_args): deep or huge values
+        # become their placeholder, and the event stays small.
+        session, tool, args = case.args
+        assert logged_payload(client, result) == {"tool": tool, "args": shrink_args(args)}
+    elif case.method == "suggest_next_tools":
+        tool, args = case.args
+        assert result == client.suggest_next_tools(tool, shrink_args(args))
     elif case.method == "get_context":
-        assert isinstance(result, list)
+        session = case.args[0]
+        assert {item.session_id for item in result} <= {session}
+        recent = [item.id for item in result if "recency" in item.branches]
+        assert recent  # the default profile's recency: the session's last turns
+        assert recent == [m.id for m in client.history(session, len(recent))]
+
+
+def logged_payload(client: MemoryClient, event_id: str) -> Any:
+    with client.readers.connection() as conn:
+        row = conn.execute("SELECT payload FROM events WHERE event_id = ?",
+                           (event_id,)).fetchone()
+    assert row is not None, "the call's event is not in the log"
+    return orjson.loads(row[0])
 
 
 GET_CONTEXT_CASES = [
@@ -363,13 +392,10 @@ GET_CONTEXT_CASES = [
     *[Case(f"SQL-looking session {i}", "get_context", (text,), {}, None)
       for i, text in enumerate(SQL_LOOKING)],
 ]
-"""The slot for ``get_context`` (issue 3): run once ``MemoryClient`` has it."""
 
 
 @pytest.mark.parametrize("case", GET_CONTEXT_CASES, ids=[c.id for c in GET_CONTEXT_CASES])
 def test_hostile_get_context(case: Case, stack: Stack) -> None:
-    if not hasattr(MemoryClient, "get_context"):
-        pytest.skip("MemoryClient.get_context is not in this build yet (issue 3)")
     test_hostile_client_call(case, stack)
 
 

@@ -6,6 +6,7 @@ one bad entry must not take its neighbours down with it."""
 from __future__ import annotations
 
 import base64
+import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,12 +18,12 @@ import orjson
 import pytest
 import redis
 
-from memq import names
+from memq import MemoryClient, names
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
-from producers import MemoryClient
-from store import rebuild
-from tests.conftest import RedisServer, WriterThread
+from memq.store import rebuild
+from memq.store.write.rejected import MAX_REASON_CHARS
+from memq.testing import RedisServer, WriterThread
 from tests.faults import figures
 from tests.faults.hostile import SQL_LOOKING
 
@@ -153,16 +154,18 @@ def message_entries() -> list[Entry]:
         entry("message_id an int", p(message_id=5), f"{appended}message_id must be a string"),
         entry("message_id too long", p(message_id="m" * 201), "over the 200 limit"),
         entry("content an int", p(content=5), f"{appended}content must be a string, got int"),
-        entry("content null", p(content=None), f"{appended}content must not be null"),
+        entry("content null", p(content=None), f"{appended}content must be a string, got NoneType"),
         entry("content with NUL", p(content="a\u0000b"), f"{appended}content contains a NUL"),
         entry("content over 64 KB", p(content="x" * 65537),
               f"{appended}content is 65537 bytes, over the 65536 byte limit"),
         entry("importance a string", p(importance="high"),
               f"{appended}importance must be a number, got str"),
-        entry("importance 2", p(importance=2), f"{appended}importance must be at most 1.0, got 2"),
-        entry("importance negative", p(importance=-1), "importance must be at least 0.0, got -1"),
+        entry("importance 2", p(importance=2),
+              f"{appended}importance must be between 0.0 and 1.0, got 2"),
+        entry("importance negative", p(importance=-1),
+              "importance must be between 0.0 and 1.0, got -1"),
         entry("importance beyond 64 bits", p(importance=2**64 - 1),
-              f"{appended}importance is out of the 64-bit integer range"),
+              f"{appended}importance must be between 0.0 and 1.0, got 18446744073709551615"),
         entry("tool_calls a string", p(tool_calls="[]"), f"{appended}tool_calls must be a list"),
         entry("tool_calls 500 deep", deep_tool_calls(500),
               f"{appended}tool_calls cannot be stored as JSON: Recursion limit reached"),
@@ -181,7 +184,7 @@ def message_entries() -> list[Entry]:
               event("message.imported", {
                   "message_id": uuid7(), "role": "user", "content": "old", "importance": 0.5,
                   "created_at": now_rfc3339(), "embedding_json": "[[1, 2], [3, 4]]"}, "raw"),
-              "message.imported: the embedding is not a flat list of numbers"),
+              "message.imported: the embedding is not a flat list of 1-8192 numbers"),
         entry("imported with a JSON embedding of words",
               event("message.imported", {
                   "message_id": uuid7(), "role": "user", "content": "old", "importance": 0.5,
@@ -206,8 +209,8 @@ def other_entries() -> list[Entry]:
               "vector holds NaN or infinity"),
         entry("vector with infinity", emb(vector_b64=vector([float("inf"), 1.0])),
               "vector holds NaN or infinity"),
-        entry("dim 0", emb(dim=0), f"{embedded}: payload.dim must be at least 1, got 0"),
-        entry("dim 10000", emb(dim=10_000), "payload.dim must be at most 8192, got 10000"),
+        entry("dim 0", emb(dim=0), f"{embedded}: payload.dim must be between 1 and 8192, got 0"),
+        entry("dim 10000", emb(dim=10_000), "payload.dim must be between 1 and 8192, got 10000"),
         entry("vector over 64 KB", emb(vector_b64="A" * 65540),
               "payload.vector_b64 is 65540 characters, over the 65536 limit"),
         entry("embedding of an unknown message", emb(message_id="nope"), "unknown message nope"),
@@ -243,13 +246,95 @@ def other_entries() -> list[Entry]:
             "source": "tool"}), "Mars/Olympus"),
         entry("a replay of a missing rejection",
               b"", "entry has no 'event' field"),
-        Entry("replay_of not a number", {names.EVENT_FIELD: orjson.dumps(envelope()),
-                                         names.REPLAY_FIELD: b"abc"}, ACCEPTED),
+        *[Entry(f"replay_of {value!r}", {names.EVENT_FIELD: orjson.dumps(envelope()),
+                                         names.REPLAY_FIELD: value},
+                "replay_of must be a rejected event's id")
+          for value in (b"abc", b"0", b"-1", b"+1", b" 1", b"1_0", b"\xd9\xa3",
+                        b"9223372036854775808", b"18446744073709551616", b"1" * 5000)],
         Entry("only foreign fields", {b"cmd": b"FLUSHALL"}, "entry has no 'event' field"),
+        Entry("a foreign field beside the event",
+              {names.EVENT_FIELD: orjson.dumps(envelope()), b"cmd": b"FLUSHALL"},
+              "unknown stream field(s): cmd"),
     ]
 
 
-ENTRIES = envelope_entries() + message_entries() + other_entries()
+def imported(**changes: Any) -> bytes:
+    body = {"message_id": uuid7(), "role": "user", "content": "old", "importance": 0.5,
+            "created_at": "2024-01-01T10:00:00+02:00", **changes}
+    return event("message.imported", body, "raw")
+
+
+def probe_entries() -> list[Entry]:
+    """What an outside probe stopped the writer with, or broke reads with, one entry each."""
+    e = envelope
+    return [
+        entry("a user id with an escape", payload(user_id="ann\u001b[2J"),
+              "message.appended: payload.user_id contains a control character"),
+        entry("an agent id that is blank", payload(agent_id="  "),
+              "message.appended: payload.agent_id must not be empty"),
+        entry("a fact of a user id with a newline", event("fact.set", {
+            "category": "c", "key": "k", "value": "v", "source": "agent", "user_id": "a\nb"}),
+              "fact.set: payload.user_id contains a control character"),
+        entry("created_at beyond year 9999 in UTC", e(created_at="9999-12-31T23:00:00-05:00"),
+              "created_at is out of range (years 1-9999 in UTC)"),
+        entry("created_at before year 1 in UTC", e(created_at="0001-01-01T00:00:00+05:00"),
+              "created_at is out of range (years 1-9999 in UTC)"),
+        entry("created_at a week date", e(created_at="2026-W01-1T00:00:00Z"), "not RFC3339"),
+        entry("created_at without separators", e(created_at="20260101T000000Z"),
+              "not RFC3339"),
+        entry("created_at with a space", e(created_at="2026-01-01 00:00:00Z"), "not RFC3339"),
+        entry("created_at without seconds", e(created_at="2026-01-01T00:00Z"), "not RFC3339"),
+        entry("created_at in Arabic-Indic digits", e(created_at="٢٠٢٦-01-01T00:00:00Z"),
+              "not RFC3339"),
+        entry("created_at a leap second", e(created_at="2026-12-31T23:59:60Z"), "leap second"),
+        entry("created_at an offset of 24 hours", e(created_at="2026-01-01T00:00:00+24:00"),
+              "no such date or time"),
+        entry("created_at with an offset", e(created_at="2026-01-01T00:00:00+05:30"), ACCEPTED),
+        entry("imported tool_calls_json not JSON", imported(tool_calls_json="[{not json"),
+              "message.imported: payload.tool_calls_json is not valid JSON"),
+        entry("imported tool_calls_json not a list", imported(tool_calls_json='{"a": 1}'),
+              "payload.tool_calls_json must hold a JSON list, got dict"),
+        entry("imported created_at zzzz", imported(created_at="zzzz"),
+              "payload.created_at must be an RFC3339 string"),
+        entry("imported created_at zzzz, long", imported(created_at="zzzzzzzzzzzz"),
+              "payload.created_at is not RFC3339"),
+        entry("imported created_at beyond year 9999",
+              imported(created_at="9999-12-31T23:59:59-00:01"), "is out of range"),
+        entry("imported consolidated_at not a time", imported(consolidated_at="soon"),
+              "payload.consolidated_at must be an RFC3339 string"),
+        entry("imported embedding of infinities", imported(embedding_json="[1e999, 1]"),
+              "message.imported: the embedding"),
+        entry("imported tool_name with an escape", imported(tool_name="ls\u001b[2J"),
+              "payload.tool_name contains a control character"),
+        entry("imported", imported(), ACCEPTED),
+        entry("task run_at beyond year 9999", event("task.scheduled", {
+            "task_id": "probe-far", "name": "n", "schedule": "s", "cron_expr": "0 9 * * *",
+            "prompt": "p", "oneshot": True, "trusted": False, "tz": "UTC", "source": "tool",
+            "run_at": "9999-12-31T23:59:59-12:00"}), "payload.run_at is out of range"),
+        entry("task fired in year 9999", event("task.fired", {
+            "task_id": "probe-task", "fired_at": "9999-12-31T23:59:59Z"}),
+              "the next run after 9999-12-31T23:59:59+00:00 is outside the years 1-9999"),
+        entry("a task id that is not one", event("task.deleted", {"task_id": "a b"}),
+              "payload.task_id must be 1-100 letters"),
+        entry("a consolidation request from year 1", {
+            **orjson.loads(event("consolidation.requested", {"min_age_hours": 1.0})),
+            "created_at": "0001-01-01T00:00:00Z"}, ACCEPTED),
+        entry("an event id used again with other content",
+              orjson.dumps({**envelope(), "id": REUSED}),
+              f"event id {REUSED} is already in the log with different content"),
+        entry("an event id used again with the same content", orjson.dumps(REUSED_EVENT),
+              ACCEPTED),
+        entry("a reason as long as the payload allows",
+              e(payload={f"field{i}-{'x' * 100}": 1 for i in range(5000)}),
+              "unknown payload field(s)"),
+    ]
+
+
+REUSED = "01a00000-0000-7000-8000-0000000000e1"
+"""An event id committed before the hostile entries, then sent again."""
+REUSED_EVENT = {**envelope(), "id": REUSED}
+
+ENTRIES = envelope_entries() + message_entries() + other_entries() + probe_entries()
 
 
 @dataclass
@@ -277,20 +362,29 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
         server.stop()
 
 
+STREAM = names.ADMIN_INBOX_STREAM
+"""The admin's inbox, which may carry every type: what is judged here is the shape."""
+
+
 def _push_all(config: Config, writer: WriterThread) -> Outcome:
     broker = redis.Redis.from_url(config.redis_url)
     with MemoryClient(config=config) as client:
         known = envelope()
         known["payload"]["message_id"] = KNOWN
-        broker.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: orjson.dumps(known)})
+        broker.xadd(STREAM, {names.EVENT_FIELD: orjson.dumps(known)})
+        broker.xadd(STREAM, {names.EVENT_FIELD: orjson.dumps(REUSED_EVENT)})
+        broker.xadd(STREAM, {names.EVENT_FIELD: event("task.scheduled", {
+            "task_id": "probe-task", "name": "n", "schedule": "daily at 9am",
+            "cron_expr": "0 9 * * *", "prompt": "p", "oneshot": False, "trusted": False,
+            "tz": "UTC", "source": "tool"})})
         client.append("raw", "user", "before")
         client.flush(30)
         ids = {}
         pipe = broker.pipeline(transaction=False)
         for item in ENTRIES:
-            pipe.xadd(names.INBOX_STREAM, item.fields)
+            pipe.xadd(STREAM, item.fields)
             neighbour = payload(content="neighbour")
-            pipe.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: orjson.dumps(neighbour)})
+            pipe.xadd(STREAM, {names.EVENT_FIELD: orjson.dumps(neighbour)})
         replies = pipe.execute()
         ids = {item.label: replies[2 * i].decode() for i, item in enumerate(ENTRIES)}
         client.append("raw", "user", "after")
@@ -312,6 +406,29 @@ def test_hostile_inbox_entry(item: Entry, outcome: Outcome) -> None:
     figures.add("bad_inputs")
 
 
+CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+TIMESTAMPS = {
+    "events": ("created_at", "recorded_at"),
+    "messages": ("created_at", "consolidated_at"),
+    "scheduled_tasks": ("next_run_at", "last_run_at", "created_at", "updated_at"),
+}
+
+
+def test_every_stored_timestamp_is_canonical_utc(outcome: Outcome) -> None:
+    """Whatever offsets came in, the store holds one form, so that text order is time order."""
+    conn = apsw.Connection(outcome.config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        for table, columns in TIMESTAMPS.items():
+            for column in columns:
+                values = [v for (v,) in conn.execute(f"SELECT {column} FROM {table}")]
+                assert all(v is None or CANONICAL.fullmatch(v) for v in values), (table, column)
+        [(shifted,)] = conn.execute(
+            "SELECT created_at FROM events WHERE created_at = '2025-12-31T18:30:00.000000Z'")
+    finally:
+        conn.close()
+    assert shifted  # "2026-01-01T00:00:00+05:30", stored as the same instant in UTC
+
+
 def test_the_writer_survived_and_the_good_neighbours_were_applied(outcome: Outcome) -> None:
     assert outcome.writer.thread is not None
     assert outcome.writer.thread.is_alive()
@@ -324,6 +441,7 @@ def test_the_writer_survived_and_the_good_neighbours_were_applied(outcome: Outco
     finally:
         conn.close()
     assert neighbours == len(ENTRIES)  # every good neighbour of a bad entry was applied
+    assert max(map(len, outcome.reasons.values())) <= MAX_REASON_CHARS
     assert set(SQL_LOOKING) <= stored
     assert len(outcome.reasons) == sum(1 for e in ENTRIES if e.reason is not ACCEPTED)
     assert rebuild.check(outcome.config.db_path) == []

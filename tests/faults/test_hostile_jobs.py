@@ -27,15 +27,16 @@ from rq.serializers import JSONSerializer
 
 from memq import names
 from memq.clock import now_rfc3339
-from tests.conftest import ROOT, RedisServer
+from memq.jobs import DEFAULT_JOB_TIMEOUT_S, MAX_JOB_DATA_BYTES, JSONJob
+from memq.testing import RedisServer
+from memq.workers.consolidate import PERIODIC_JOB_ID
+from tests.conftest import ROOT
 from tests.faults import canary, figures
 from tests.faults.procs import env
-from workers.consolidate import PERIODIC_JOB_ID
-from workers.queues import JSONJob
 
 pytestmark = [pytest.mark.faults, pytest.mark.redis]
 
-RUN_TASK = "workers.tasks.run_task"
+RUN_TASK = "memq.workers.tasks.run_task"
 CANARY = "tests.faults.canary.called"
 
 
@@ -101,8 +102,8 @@ def forged_jobs(canaries: Path) -> list[Forged]:
         *[Forged(f"function {func}", {"data": json_job(func, ["touch /tmp/x"])}, "failed",
                  refused(func))
           for func in ("os.system", "builtins.eval", "subprocess.check_call", CANARY,
-                       "workers.tasks.load_handler", "workers.queues.allowed_functions",
-                       "memq.cli.main", "workers.tasks.run_task.__globals__")],
+                       "memq.workers.tasks.load_handler", "memq.jobs.resolve",
+                       "memq.cli.main", "memq.workers.tasks.run_task.__globals__")],
         Forged("function name an int", {"data": json_job(5)}, "failed", refused(5)),
         Forged("no function", {"data": json_job(None)}, "failed", refused(None)),
         Forged("a method", {"data": json_job(RUN_TASK, instance="obj")}, "failed",
@@ -129,6 +130,14 @@ def forged_jobs(canaries: Path) -> list[Forged]:
         Forged("a failure callback naming the canary", {
             "data": json_job(RUN_TASK, [None]), "failure_callback_name": CANARY}, "failed",
             "run_task needs a task object"),
+        Forged("a run of a task that does not exist", {"data": json_job(RUN_TASK, kwargs={
+            "task": task(task_id="ghost", paused=False, trusted=True, prompt="curl x | sh")})},
+            "failed", "the writer registered no run of this task"),
+        Forged("data that inflates to 33 MB", {
+            "data": zlib.compress(b"[" * (MAX_JOB_DATA_BYTES + 1), 9)}, "failed",
+            f"its data inflates beyond {MAX_JOB_DATA_BYTES} bytes"),
+        Forged("a timeout of -1 (no limit, to RQ)", {"data": good, "timeout": -1}, "finished"),
+        Forged("a timeout that is not a number", {"data": good, "timeout": "soon"}, "finished"),
         Forged("a good job after all that", {"data": good}, "finished"),
     ]
 
@@ -237,3 +246,11 @@ def test_forged_job(label: str, aftermath: Aftermath) -> None:
     if job.status == "failed":
         assert "memq.errors.ValidationError" in failure or "RefusedJobData" in failure
     figures.add("bad_inputs")
+
+
+@pytest.mark.parametrize("label", ["a timeout of -1 (no limit, to RQ)",
+                                   "a timeout that is not a number"])
+def test_a_forged_timeout_is_clamped(label: str, aftermath: Aftermath) -> None:
+    (job,) = [j for j in aftermath.jobs if j.label == label]
+    fetched = JSONJob.fetch(job.id, connection=aftermath.broker, serializer=JSONSerializer)
+    assert fetched.timeout == DEFAULT_JOB_TIMEOUT_S  # RQ's default, not "no limit"

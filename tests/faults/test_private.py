@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from memq import MemoryClient
 from memq.config import Config
 from memq.errors import BrokerError
 from memq.logs import redact_url
-from producers import MemoryClient
-from tests.conftest import ROOT, free_port
+from memq.testing import free_port
+from tests.conftest import ROOT
 from tests.faults import figures
 from tests.faults.procs import env, start_writer, wait_until
 
@@ -102,7 +103,7 @@ def test_memq_up_keeps_its_data_directory_private(tmp_path: Path) -> None:
     data = tmp_path / "data"
     stack = Stack(data)
     try:
-        url = (data / "redis.url").read_text().strip()
+        url = (data / "agent.url").read_text().strip()
         with MemoryClient(redis_url=url, db_path=data / "memq.db") as client:
             client.append("s1", "user", "a private conversation")
             client.flush(60)

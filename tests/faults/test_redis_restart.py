@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 import redis
 
-from memq import names
+from memq import MemoryClient, names
 from memq.clock import now_rfc3339, uuid7
 from memq.config import ClientConfig, Config
 from memq.errors import BrokerError
-from producers import MemoryClient
-from store.task_runs import RUN_TASK
-from tests.conftest import RedisServer
+from memq.jobs import queue, task_run_digest
+from memq.store.dispatch.task_runs import RUN_TASK
+from memq.testing import RedisServer
+from memq.workers.context import WorkerContext
+from memq.workers.tasks import TaskRun
 from tests.faults import figures
 from tests.faults.load import Load, embedded_event, verify
 from tests.faults.procs import Proc, start_writer, wait_until
-from workers.context import WorkerContext
-from workers.queues import queue
 
 pytestmark = [pytest.mark.faults, pytest.mark.redis]
 
@@ -88,8 +88,10 @@ def _fire(config: Config, task_id: str) -> None:
     """A run of the task, as rq-scheduler would move it onto the queue."""
     job = {"task_id": task_id, "name": "ping", "prompt": "say hello", "trusted": False,
            "oneshot": False, "paused": False, "scheduled_for": now_rfc3339()}
-    queue(names.QUEUE_TASKS, redis.Redis.from_url(config.redis_url)).enqueue(
-        RUN_TASK, task=job)
+    connection = redis.Redis.from_url(config.redis_url)
+    run = TaskRun.from_job(job)  # registered, as the writer registers what it schedules
+    connection.set(names.task_run_key(run.task_id, run.slot), task_run_digest(job))
+    queue(names.QUEUE_TASKS, connection).enqueue(RUN_TASK, task=job)
 
 
 def _last_run(config: Config, task_id: str) -> str | None:
@@ -106,7 +108,7 @@ def test_a_send_waits_out_a_short_outage(aof_redis: RedisServer, aof_config: Con
         client.append("s1", "user", "during")  # retried until Redis is back
         waited = time.monotonic() - started
         restarter.join()
-        entries = redis.Redis.from_url(aof_config.redis_url).xlen(names.INBOX_STREAM)
+        entries = inbox_length(aof_config)
     assert waited >= 0.5
     assert entries == 2  # "before" survived in the append-only file, "during" was sent
 
@@ -124,7 +126,7 @@ def test_a_worker_send_waits_out_a_short_outage(
     restarter.join()
     assert waited >= 0.5
     assert worker.retried > 0
-    assert redis.Redis.from_url(aof_config.redis_url).xlen(names.INBOX_STREAM) == 1
+    assert inbox_length(aof_config) == 1
 
 
 def test_a_longer_outage_is_a_broker_error_naming_redis(
@@ -144,7 +146,12 @@ def test_a_longer_outage_is_a_broker_error_naming_redis(
         finally:
             aof_redis.start()
         client.append("s1", "user", "back")  # the same client works again
-    assert redis.Redis.from_url(config.redis_url).xlen(names.INBOX_STREAM) == 1
+    assert inbox_length(config) == 1
+
+
+def inbox_length(config: Config) -> int:
+    broker = redis.Redis.from_url(config.redis_url)
+    return sum(int(broker.xlen(stream)) for stream in names.INBOX_STREAMS)
 
 
 def _restart_later(server: RedisServer, after_s: float) -> threading.Thread:

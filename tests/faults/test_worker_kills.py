@@ -9,7 +9,6 @@ the documented columns), and skip themselves, saying why, while the embedding pi
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import subprocess
 import sys
@@ -23,23 +22,15 @@ import pytest
 import redis
 from rq.registry import StartedJobRegistry
 
-from memq import names
+from memq import MemoryClient, names
 from memq.config import Config
-from producers import MemoryClient
-from store import rebuild
-from tests.conftest import ROOT, WriterThread
+from memq.store import rebuild
+from memq.testing import WriterThread
+from tests.conftest import ROOT
 from tests.faults import figures
 from tests.faults.procs import Proc, env, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.redis, pytest.mark.model, pytest.mark.slow]
-
-
-def needs(module: str, issue: str) -> pytest.MarkDecorator:
-    spec = importlib.util.find_spec(module)
-    # This tree's module: an editable install elsewhere may resolve the name too.
-    missing = spec is None or not Path(spec.origin or "/").is_relative_to(ROOT)
-    return pytest.mark.skipif(
-        missing, reason=f"{module} is not in this build yet ({issue}); enabled once merged")
 
 
 def db(config: Config) -> apsw.Connection:
@@ -61,7 +52,6 @@ def kill_mid_job(config: Config, kind: str, queue: str, log: Path) -> None:
     figures.add("worker_kills")
 
 
-@needs("workers.embed", "issue 4")
 def test_an_embed_worker_killed_mid_job_embeds_everything_once(
     config: Config, tmp_path: Path
 ) -> None:
@@ -113,7 +103,6 @@ def _first_embedding_event(conn: apsw.Connection) -> dict[str, int]:
     return first
 
 
-@needs("workers.consolidate", "issue 6")
 def test_a_consolidate_worker_killed_mid_job_consolidates_everything_once(
     config: Config, tmp_path: Path
 ) -> None:

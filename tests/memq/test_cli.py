@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
+import orjson
 import pytest
 
+from memq import names
 from memq.cli import main
+from memq.config import Config
+from memq.testing import WriterThread
 from tests.conftest import ROOT, memq_command
 
 
@@ -51,7 +56,108 @@ def test_migrate_then_rejected_list(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_replay_needs_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "m.db")
     main(["migrate", "--db", db])
-    assert main(["rejected", "replay", "--db", db]) == 1
+    assert main(["rejected", "replay", "--db", db]) == 2  # a usage error
     assert "name the rejected event ids" in capsys.readouterr().err
     assert main(["rejected", "replay", "7", "--db", db]) == 1
     assert "no rejected event with id 7" in capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from memq import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"memq {__version__}\n"
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("command", [["migrate"], ["rebuild"]])
+def test_migrate_and_rebuild_ask_to_stop_a_running_writer(
+    config: Config, writer: WriterThread, command: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main([*command, "--db", config.db_path]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"memq: error: the writer (pid {os.getpid()}) is running on "
+                          f"{config.db_path}: stop the writer first, then {command[0]}")
+    assert err.count("\n") == 1
+
+
+def test_rejected_list_labels_every_column(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from memq.store.connection import open_connection
+    from memq.store.write import rejected
+
+    db = str(tmp_path / "m.db")
+    main(["migrate", "--db", db])
+    conn = open_connection(db)
+    rejected.record(conn.cursor(), names.INBOX_STREAM, "1-0", b"{}", "event must have a type",
+                    "2026-01-01T00:00:00.000000Z", None)
+    conn.close()
+    capsys.readouterr()
+    assert main(["rejected", "list", "--db", db]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["id", "rejected", "at", "attempts", "sent", "by", "replayed",
+                              "at", "reason"]
+    assert row.split() == ["1", "2026-01-01T00:00:00.000000Z", "1", "agent", "-", "event",
+                           "must", "have", "a", "type"]
+    assert main(["rejected", "list", "--json", "--db", db]) == 0
+    [shown] = orjson.loads(capsys.readouterr().out)["rejected"]
+    assert (shown["id"], shown["raw"], shown["reason"]) == (1, "{}", "event must have a type")
+
+
+@pytest.mark.parametrize("command", [["worker", "embed", "--burst"], ["up"]])
+def test_missing_model_files_stop_the_commands_that_need_them(
+    tmp_path: Path, command: list[str]
+) -> None:
+    env = {**os.environ, "MEMQ_EMBED_MODEL_DIR": "no/model/here"}
+    done = subprocess.run(memq_command(*command, "--db", str(tmp_path / "memq.db"),
+                                       "--redis-url", "redis://127.0.0.1:1/0"),
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
+                          check=False)
+    assert done.returncode == 1
+    where = tmp_path / "no" / "model" / "here"  # made absolute where the command started
+    assert done.stderr == (
+        f"memq: error: embedding model files missing in {where}: model.onnx, tokenizer.json, "
+        "config.json, special_tokens_map.json, tokenizer_config.json (run `memq fetch-model "
+        f"--model-dir {where}`, or point [embed] model_dir or MEMQ_EMBED_MODEL_DIR at the "
+        "files)\n")
+
+
+DIGITS = "9" * 5000  # past Python's 4,300-digit int limit: int() raises ValueError
+NUMERIC_OPTIONS = [
+    ["sessions", "--limit", DIGITS],
+    ["sessions", "--limit", "-" + DIGITS],
+    ["scheduler", "--interval", DIGITS],
+    ["consolidate", "--now", "--wait", DIGITS],
+    ["consolidate", "--now", "--min-age-hours", DIGITS],
+    ["forget", "session", "s1", "--yes", "--timeout", DIGITS],
+    ["allow", "git status", "--wait", DIGITS],
+    ["dashboard", "--port", DIGITS],
+    ["metrics", "--port", DIGITS],
+    ["rejected", "replay", DIGITS],
+    ["demo", "--timeout", DIGITS],
+]
+
+
+@pytest.mark.parametrize("argv", NUMERIC_OPTIONS, ids=lambda a: " ".join(a[:2]))
+def test_a_number_too_long_is_a_usage_error(argv: list[str],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Every numeric option: a 5,000-digit (or infinite) value is refused by argparse
+    with exit 2 and a short message, never a traceback or an endless wait."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: argument" in err
+    assert len(err) < 2000
+
+
+def test_a_number_too_long_in_the_config_is_reported(tmp_path: Path) -> None:
+    bad = tmp_path / "memq.toml"
+    bad.write_text(f"[memory]\nworking_memory_cap = {DIGITS}\n")
+    done = run("migrate", "--config", str(bad), "--db", str(tmp_path / "x.db"))
+    assert done.returncode == 1
+    assert "holds a number too long to read" in done.stderr
+    assert "Traceback" not in done.stderr

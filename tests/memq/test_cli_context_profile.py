@@ -7,8 +7,8 @@ import subprocess
 import orjson
 import pytest
 
+from memq import MemoryClient
 from memq.config import Config
-from producers import MemoryClient
 from tests.conftest import ROOT, memq_command
 
 pytestmark = [pytest.mark.redis, pytest.mark.model]
@@ -33,7 +33,7 @@ def test_recall_profile_items_explain_themselves(client: MemoryClient, config: C
     done = run("context", "s1", "--query", "When is the ferry to Skye?", "--profile", "recall",
                "--json", "--db", config.db_path, "--model-dir", config.embed.model_dir)
     assert done.returncode == 0, done.stderr
-    items = {item["id"]: item for item in map(orjson.loads, done.stdout.splitlines())}
+    items = {item["id"]: item for item in orjson.loads(done.stdout)["items"]}
     assert items[ids[3]]["branches"] == ["lexical"]  # nothing embedded: no semantic evidence
     assert items[ids[3]]["lexical"] == items[ids[3]]["scores"]["lexical"] > 0
     assert items[ids[3]]["fused"] == pytest.approx(0.5)
@@ -47,7 +47,7 @@ def test_recall_profile_items_explain_themselves(client: MemoryClient, config: C
 def test_an_unknown_profile_is_a_one_line_error(client: MemoryClient, config: Config) -> None:
     fill(client)
     done = run("context", "s1", "--profile", "best", "--db", config.db_path)
-    assert done.returncode == 1
-    assert "memq: error: [retrieval] profile 'best' is unknown (known: recall, tri-hybrid)" \
+    assert done.returncode == 2  # a usage error, like any other bad option
+    assert "argument --profile: unknown profile 'best' (known: recall, tri-hybrid)" \
         in done.stderr
     assert "Traceback" not in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,14 +12,14 @@ import redis
 from rq import Queue
 from rq.job import Job
 
-from memq import names
+from memq import MemoryClient, names
 from memq.cli import main
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
 from memq.events import Event, EventType
-from producers import MemoryClient
-from store import vectors
-from tests.conftest import WriterThread, free_port
+from memq.store import vectors
+from memq.store.dispatch import embed_jobs
+from memq.testing import WriterThread, free_port
 
 pytestmark = pytest.mark.redis
 
@@ -44,6 +45,12 @@ def history(client: MemoryClient, config: Config, writer: WriterThread) -> dict[
                   result(EventType.MESSAGE_EMBEDDING_FAILED, ids["failed"], model)):
         client.outbox.send(event)
     client.flush()
+    # The writer enqueues jobs off its own thread after the commit: wait for them before
+    # emptying the queue, or a job enqueued just after would survive the "loss".
+    deadline = time.monotonic() + 30
+    while ids["waiting"] not in embed_jobs.in_flight(broker, model):
+        assert time.monotonic() < deadline, "the writer never enqueued the embed job"
+        time.sleep(0.02)
     Queue(names.QUEUE_EMBED, connection=broker).empty()  # as if the jobs were lost
     return ids
 

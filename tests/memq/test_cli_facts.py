@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from memq import MemoryClient
 from memq.cli import main
 from memq.config import Config
-from producers import MemoryClient
 
 pytestmark = pytest.mark.redis
 
@@ -38,7 +38,7 @@ def test_list_shows_current_facts_by_category(
 def test_list_as_json(facts: MemoryClient, config: Config,
                       capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["facts", "list", "--json", "--category", "prefs", "--db", config.db_path]) == 0
-    rows = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows = orjson.loads(capsys.readouterr().out)["facts"]
     assert [(r["key"], r["value"], r["source"]) for r in rows] == [
         ("editor", "vim", "user"), ("shell", "zsh", "agent")]
 
@@ -53,7 +53,9 @@ def test_history_shows_every_change_and_the_refused_one(
         "agent: set 'emacs'  not applied: the user's value is protected",
     ]
     assert main(["facts", "history", "home", "city", "--json", "--db", config.db_path]) == 0
-    changes = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    shown = orjson.loads(capsys.readouterr().out)
+    assert (shown["category"], shown["key"]) == ("home", "city")
+    changes = shown["changes"]
     assert [(c["action"], c["value"], c["applied"]) for c in changes] == [
         ("set", "Porto", True), ("deleted", None, True)]
     assert main(["facts", "history", "no", "such", "--db", config.db_path]) == 0
@@ -63,3 +65,26 @@ def test_history_shows_every_change_and_the_refused_one(
 def test_a_missing_database_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["facts", "list", "--db", "/nonexistent/dir/memq.db"]) == 1
     assert capsys.readouterr().err == "memq: error: database not found: /nonexistent/dir/memq.db\n"
+
+
+def test_a_users_facts_only_with_user(
+    client: MemoryClient, config: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client.set_fact("health", "allergy", "peanuts", user_id="u1")
+    client.set_fact("health", "allergy", "shellfish", user_id="u2")
+    client.set_fact("office", "wifi", "guest")
+    client.flush()
+    assert main(["facts", "list", "--db", config.db_path]) == 0
+    assert [line.split("  [")[0] for line in capsys.readouterr().out.splitlines()] == [
+        "office/wifi = 'guest'"]
+    assert main(["facts", "list", "--user", "u1", "--db", config.db_path]) == 0
+    out = capsys.readouterr().out
+    assert "u1: health/allergy = 'peanuts'" in out
+    assert "shellfish" not in out
+    assert main(["facts", "history", "health", "allergy", "--user", "u2", "--json",
+                 "--db", config.db_path]) == 0
+    shown = orjson.loads(capsys.readouterr().out)
+    assert shown["user_id"] == "u2"
+    assert [change["value"] for change in shown["changes"]] == ["shellfish"]
+    assert main(["facts", "list", "--user", "a\nb", "--db", config.db_path]) == 2
+    assert "--user contains a control character" in capsys.readouterr().err

@@ -9,10 +9,9 @@ import orjson
 import pytest
 import redis
 
-from memq import names
+from memq import MemoryClient, names
 from memq.cli import main
 from memq.config import Config
-from producers import MemoryClient
 from tests.conftest import ROOT, memq_command
 from tests.scheduled import due_daily, eventually, push, scheduled_jobs, wait_committed
 
@@ -51,7 +50,7 @@ def test_parse_joins_words_and_shows_a_oneshot_once(capsys: pytest.CaptureFixtur
 ])
 def test_parse_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str],
                                    message: str) -> None:
-    assert main(["tasks", "parse", *args]) == 1
+    assert main(["tasks", "parse", *args]) == 2  # the command line's text: a usage error
     err = capsys.readouterr().err
     assert err.startswith(message)
     assert err.count("\n") == 1
@@ -69,8 +68,8 @@ def test_list_shows_committed_tasks(client: MemoryClient, config: Config,
     assert out.startswith(f"{task_id}  'standup' [tool]  'weekdays at 9am' = 0 9 * * 1-5 (UTC)"
                           "  trusted  next: ")
     assert main(["tasks", "list", "--json", "--db", config.db_path]) == 0
-    [line] = capsys.readouterr().out.splitlines()
-    assert orjson.loads(line)["id"] == task_id
+    [task] = orjson.loads(capsys.readouterr().out)["tasks"]
+    assert task["id"] == task_id
 
 
 @pytest.mark.redis
@@ -95,4 +94,4 @@ def test_scheduler_interval_must_be_positive(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as exited:
         main(["scheduler", "--interval", "0"])
     assert exited.value.code == 2
-    assert "must be positive, got 0" in capsys.readouterr().err
+    assert "must be a positive number of seconds, got 0" in capsys.readouterr().err

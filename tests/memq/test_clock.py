@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -44,3 +45,17 @@ def test_bad_timestamps(value: object, message: str) -> None:
 def test_naive_datetime_is_refused() -> None:
     with pytest.raises(ValidationError, match="has no time zone"):
         to_rfc3339(datetime(2026, 1, 1))
+
+
+def test_a_forked_child_makes_other_ids_than_its_parent() -> None:
+    uuid7()  # the parent's pool of random bytes is filled
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, to the parent, then out
+        os.write(write, uuid7().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.close(write)
+    assert child[14:] != uuid7()[14:]  # the random parts (the milliseconds may agree)

@@ -45,7 +45,7 @@ def test_config_path_from_environment(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("colour = 1\n", "unknown top-level key(s) in memq.toml: colour"),
+        ("colour = 1\n", "unknown top-level key(s): colour"),
         ("[retrieval]\nsemantic_treshold = 0.5\n", "unknown key(s) in [retrieval]: "
                                                    "semantic_treshold"),
         ("[retrieval]\nrecency_limit = 'ten'\n", "[retrieval] recency_limit must be int"),
@@ -56,9 +56,11 @@ def test_config_path_from_environment(tmp_path: Path) -> None:
     ],
 )
 def test_bad_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
-        config.load(write(tmp_path, text), env={})
+        config.load(path, env={})
     assert message in str(info.value)
+    assert str(path) in str(info.value)  # the file actually read
 
 
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
@@ -70,3 +72,41 @@ def test_ints_are_accepted_for_floats(tmp_path: Path) -> None:
     cfg = config.load(write(tmp_path, "[retrieval]\nimportance_threshold = 1\n"), env={})
     assert cfg.retrieval.importance_threshold == 1.0
     assert isinstance(cfg.retrieval.importance_threshold, float)
+
+
+def test_the_model_directory_is_made_absolute_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    # The default and the environment are read from where the process starts...
+    assert config.load(env={}).embed.model_dir == str(elsewhere / config.DEFAULT_MODEL_DIR)
+    assert config.load(env={"MEMQ_EMBED_MODEL_DIR": "m"}).embed.model_dir == \
+        str(elsewhere / "m")
+    # ... a path in the file from the file's own directory, wherever memq is started.
+    path = write(tmp_path, '[embed]\nmodel_dir = "models/mini"\n')
+    assert config.load(path, env={}).embed.model_dir == str(tmp_path / "models" / "mini")
+    assert config.load(path, env={"MEMQ_EMBED_MODEL_DIR": "/abs"}).embed.model_dir == "/abs"
+
+
+def test_no_redis_url_anywhere_finds_the_private_redis_of_memq_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "admin.url").write_text("unix://memq-admin:a@/x/redis.sock\n")
+    (tmp_path / "data" / "agent.url").write_text("unix://memq-agent:b@/x/redis.sock\n")
+    assert config.load(env={}).redis_url == "unix://memq-admin:a@/x/redis.sock"
+    # Each process reads its role's file: the admin's unless told otherwise.
+    assert config.load(env={}, role="agent").redis_url == "unix://memq-agent:b@/x/redis.sock"
+    assert config.load(env={}, role="worker").redis_url == config.DEFAULT_REDIS_URL
+    # Beside the database actually used.
+    other = tmp_path / "other" / "memq.db"
+    assert config.load(env={"MEMQ_DB": str(other)}).redis_url == config.DEFAULT_REDIS_URL
+    # A URL said anywhere wins, even one equal to the default.
+    assert config.load(env={"MEMQ_REDIS_URL": "redis://env"}).redis_url == "redis://env"
+    path = write(tmp_path, f'redis_url = "{config.DEFAULT_REDIS_URL}"\n')
+    assert config.load(path, env={}).redis_url == config.DEFAULT_REDIS_URL
+    assert config.load(env={}, redis_url="redis://flag").redis_url == "redis://flag"
+    assert config.load(env={}, discover_redis=False).redis_url == config.DEFAULT_REDIS_URL

@@ -6,10 +6,10 @@ from __future__ import annotations
 import apsw
 import pytest
 
+from memq import MemoryClient
 from memq.cli import main
 from memq.config import Config
-from producers import MemoryClient
-from tests.conftest import WriterThread
+from memq.testing import WriterThread
 
 pytestmark = pytest.mark.redis
 
@@ -42,3 +42,23 @@ def test_demo_without_a_writer_fails_with_a_clear_message(config: Config, capsys
     err = capsys.readouterr().err
     assert code == 1
     assert "is `memq writer` running?" in err
+
+
+def test_demo_refuses_a_database_that_holds_data(
+    config: Config, writer: WriterThread, capsys
+) -> None:
+    with MemoryClient(config=config) as client:
+        client.append("real-work", "user", "a real conversation")
+        client.flush()
+    code = main(["demo", "--db", config.db_path, "--redis-url", config.redis_url])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{config.db_path} already holds 1 events" in err
+    assert "Pass --yes to add them" in err
+    with MemoryClient(config=config) as client:  # nothing of the demo's was written
+        assert client.facts() == []
+        assert client.tasks() == []
+    code = main(["demo", "--yes", "--db", config.db_path, "--redis-url", config.redis_url,
+                 "--timeout", "0.5"])
+    assert code == 0
+    assert "support: 16 turns committed" in capsys.readouterr().out

@@ -44,10 +44,11 @@ CASES: list[tuple[dict[str, Any], str]] = [
     (event(created_at="2026-01-01"), "created_at"),
     (event(extra=1), "unknown event field(s): extra"),
     (event(payload={"role": "robot"}), "payload.role must be one of"),
-    (event(payload={"importance": 1.5}), "payload.importance must be at most 1.0"),
-    (event(payload={"importance": -0.1}), "payload.importance must be at least 0.0"),
+    (event(payload={"importance": 1.5}), "payload.importance must be between 0.0 and 1.0, got 1.5"),
+    (event(payload={"importance": -0.1}),
+     "payload.importance must be between 0.0 and 1.0, got -0.1"),
     (event(payload={"importance": True}), "payload.importance must be a number, got bool"),
-    (event(payload={"content": None}), "payload.content must not be null"),
+    (event(payload={"content": None}), "payload.content must be a string, got NoneType"),
     (event(payload={"content": 7}), "payload.content must be a string, got int"),
     (event(payload={"content": "a\x00b"}), "payload.content contains a NUL character"),
     (event(payload={"tool_calls": {"a": 1}}), "payload.tool_calls must be a list"),
@@ -96,3 +97,51 @@ def test_encode_refuses_lone_surrogates() -> None:
                 payload={"category": "c", "key": "k", "value": "\ud800", "source": "user"})
     with pytest.raises(ValueError, match=r"payload\.value contains a lone surrogate"):
         encode(bad)
+
+
+# -- limits are inclusive: the value at the limit passes, one past it is refused ------------
+
+
+def test_an_identifier_at_its_limit_passes_and_one_more_character_does_not() -> None:
+    from memq.errors import ValidationError
+    from memq.events import check_identifier
+
+    assert check_identifier("name", "n" * 200) == "n" * 200
+    assert check_identifier("name", "n" * 5, max_chars=5) == "nnnnn"
+    with pytest.raises(ValidationError, match="name is 201 characters, over the 200 limit"):
+        check_identifier("name", "n" * 201)
+    with pytest.raises(ValidationError, match="name is 6 characters, over the 5 limit"):
+        check_identifier("name", "n" * 6, max_chars=5)
+
+
+@pytest.mark.parametrize(("payload", "problem"), [
+    ({"importance": 0.0}, None),
+    ({"importance": 1.0}, None),
+    ({"importance": 1.0000001}, "payload.importance must be between 0.0 and 1.0"),
+    ({"importance": -1e-9}, "payload.importance must be between 0.0 and 1.0"),
+    ({"content": "c" * 64}, None),
+    ({"content": "c" * 65}, "payload.content is 65 bytes, over the 64 byte limit"),
+    ({"content": "é" * 32}, None),  # 64 bytes in UTF-8
+    ({"content": "é" * 33}, "payload.content is 66 bytes, over the 64 byte limit"),
+    ({"tool_name": "t" * 200}, None),
+    ({"tool_name": "t" * 201}, "payload.tool_name is 201 characters, over the 200 limit"),
+])
+def test_payload_limits_are_inclusive(payload: dict[str, Any], problem: str | None) -> None:
+    limits = LimitsConfig(max_content_bytes=64)
+    data = event(payload=payload)
+    if problem is None:
+        assert decode(orjson.dumps(data), limits).payload == {**data["payload"]}
+    else:
+        with pytest.raises(InvalidEvent, match=problem):
+            decode(orjson.dumps(data), limits)
+
+
+def test_a_proposed_fact_value_at_its_limit_passes_and_one_more_does_not() -> None:
+    from memq.errors import ValidationError
+    from memq.events import MAX_FACT_VALUE_CHARS, check_proposed_fact
+
+    fact = {"category": "user", "key": "city", "value": "v" * MAX_FACT_VALUE_CHARS}
+    assert check_proposed_fact(fact) == fact
+    assert MAX_FACT_VALUE_CHARS == 2000
+    with pytest.raises(ValidationError, match="at most 2000 characters"):
+        check_proposed_fact({**fact, "value": "v" * 2001})

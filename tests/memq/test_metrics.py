@@ -9,11 +9,10 @@ import urllib.request
 import pytest
 import redis
 
-from memq import metrics, names
+from memq import MemoryClient, metrics, names
 from memq.cli.metrics import make_server
 from memq.config import Config
-from producers import MemoryClient
-from tests.conftest import WriterThread
+from memq.testing import WriterThread
 
 
 def parse(text: str) -> dict[str, float]:
@@ -115,6 +114,7 @@ def test_metrics_endpoint_serves_every_family(config: Config, served: str) -> No
     assert samples['memq_queue_jobs{queue="memq-embed",state="failed"}'] == 0
     assert samples['memq_workers{queue="memq-embed"}'] == 0
     assert samples['memq_messages{state="pending"}'] == 1
+    assert 0 <= samples["memq_embedding_oldest_pending_age_seconds"] < 300
     assert samples['memq_collect_ok{source="database"}'] == 1
     assert samples['memq_database_bytes{file="db"}'] > 0
     assert samples['memq_writer_events_total{outcome="applied"}'] == 1

@@ -12,7 +12,8 @@ import pytest
 
 from memq import config as config_module
 from memq import logs
-from memq.cli.common import PRIVATE_REDIS_URL_FILE, load_config
+from memq.authority import Role
+from memq.cli.common import load_config
 from memq.errors import ConfigError
 
 
@@ -45,8 +46,14 @@ def test_commands_find_the_private_redis_of_their_data_directory(
     db = tmp_path / "data" / "memq.db"
     assert load_config(args(db)).redis_url == config_module.DEFAULT_REDIS_URL
     db.parent.mkdir()
-    (db.parent / PRIVATE_REDIS_URL_FILE).write_text("unix:///somewhere/redis.sock?db=0\n")
-    assert load_config(args(db)).redis_url == "unix:///somewhere/redis.sock?db=0"
+    (db.parent / "admin.url").write_text("unix://memq-admin:a@/somewhere/redis.sock?db=0\n")
+    (db.parent / "worker.url").write_text("unix://memq-worker:w@/somewhere/redis.sock?db=0\n")
+    assert load_config(args(db)).redis_url == "unix://memq-admin:a@/somewhere/redis.sock?db=0"
+    # each command finds its role's credentials: `memq worker` the worker's
+    assert load_config(args(db), role=Role.WORKER).redis_url == \
+        "unix://memq-worker:w@/somewhere/redis.sock?db=0"
+    assert load_config(args(db), role=Role.AGENT).redis_url == \
+        config_module.DEFAULT_REDIS_URL  # no agent.url written
     # anything said explicitly wins, and `memq up` itself does not look
     assert load_config(args(db, "redis://other:1/0")).redis_url == "redis://other:1/0"
     assert load_config(args(db), discover_redis=False).redis_url == \
@@ -73,8 +80,42 @@ def test_log_format_can_be_chosen(
         assert line == "info    memq.test: batch committed size=3"
 
 
+@pytest.mark.parametrize("chosen", ["json", "text"])
+def test_routine_lines_show_only_in_json(chosen: str, monkeypatch: pytest.MonkeyPatch,
+                                         capsys) -> None:
+    """A person at a terminal sees what happens, not one line per job or batch."""
+    monkeypatch.setenv(logs.LOG_FORMAT_ENV, chosen)
+    previous = logging.getLogger().handlers[:]
+    memq_logger, rq_logger = logging.getLogger("memq.test"), logging.getLogger("rq.worker")
+    # RQ gives its logger a handler of its own once a worker has run in this process.
+    rq_state = rq_logger.handlers[:], rq_logger.propagate, rq_logger.level
+    rq_logger.handlers[:], rq_logger.propagate, rq_logger.level = [], True, logging.NOTSET
+    try:
+        logs.setup()
+        logs.log(memq_logger, "writer started")
+        logs.log_routine(memq_logger, "batch committed")
+        logs.log_routine(memq_logger, "job failed", logging.WARNING)
+        rq_logger.info("memq-embed: Job OK")
+        rq_logger.warning("memq-embed: moving job to the failed registry")
+        with logs.routine():
+            logs.log(memq_logger, "embed job done")
+        logs.log(memq_logger, "after the job")
+    finally:
+        logging.getLogger().handlers[:] = previous
+        rq_logger.handlers[:], rq_logger.propagate, rq_logger.level = rq_state
+    lines = capsys.readouterr().err.strip().splitlines()
+    shown = [orjson.loads(line)["msg"] for line in lines] if chosen == "json" else [
+        line.split(": ", 1)[1] for line in lines]
+    everything = ["writer started", "batch committed", "job failed", "memq-embed: Job OK",
+                  "memq-embed: moving job to the failed registry", "embed job done",
+                  "after the job"]
+    on_a_terminal = ["writer started", "job failed",
+                     "memq-embed: moving job to the failed registry", "after the job"]
+    assert shown == (everything if chosen == "json" else on_a_terminal)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
-    (["metrics", "--port", "70000"], "a port is between 0 and 65535, got 70000"),
+    (["metrics", "--port", "70000"], "a port number is from 0 to 65535, got 70000"),
     (["dashboard", "--port", "http"], "not a port number: 'http'"),
     (["demo", "--timeout", "0"], "must be a positive number of seconds, got 0"),
     (["demo", "--timeout", "soon"], "not a number of seconds: 'soon'"),

@@ -8,10 +8,10 @@ from pathlib import Path
 import apsw
 import pytest
 
+from memq import MemoryClient
 from memq.cli import main
 from memq.config import Config
-from producers import MemoryClient
-from tests.conftest import WriterThread
+from memq.testing import WriterThread
 
 LEGACY_ROWS = 2500
 
@@ -36,6 +36,21 @@ def test_migrate_shows_the_legacy_import(tmp_path: Path, capsys) -> None:
     assert lines, captured.err
     assert f"{LEGACY_ROWS}/{LEGACY_ROWS} 100.0%" in lines[-1]
     assert "0003_import_legacy_messages" in captured.out
+
+
+def test_migrate_shows_each_legacy_table(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "legacy.db"
+    legacy_database(db)
+    conn = apsw.Connection(str(db))
+    conn.execute("CREATE TABLE terminal_allowed_prefixes (prefix TEXT PRIMARY KEY)")
+    conn.executemany("INSERT INTO terminal_allowed_prefixes VALUES (?)", [("ls",), ("pwd",)])
+    conn.close()
+    assert main(["migrate", "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert f"] {LEGACY_ROWS}/{LEGACY_ROWS} 100.0%" in err
+    last = err.splitlines()[-1]
+    assert last.startswith("importing legacy terminal_allowed_prefixes")
+    assert "2/2 100.0%" in last
 
 
 def test_migrate_of_a_new_database_draws_no_bar(tmp_path: Path, capsys) -> None:

@@ -6,6 +6,8 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from memq.errors import ScheduleError, ValidationError
 from memq.schedule import ParsedSchedule, parse_schedule, validate_cron, validate_timezone
@@ -212,6 +214,14 @@ BAD = [
     ("daily", "Mars/Olympus", NOW, "unknown time zone 'Mars/Olympus'"),
     ("every day at 9am " * 20, "UTC", NOW, "longer than 200 characters"),
     ("daily", "UTC", datetime(2026, 3, 7, 12, 0), "now must be timezone-aware"),
+    # instants a datetime cannot hold were an OverflowError, not a ScheduleError
+    ("in 99999999999999 minutes", "UTC", NOW, "is beyond the year 9999 in UTC"),
+    ("in 5000000000 minutes", "UTC", NOW, "is beyond the year 9999"),
+    ("in 99999999 weeks", "UTC", NOW, "is beyond the year 9999"),
+    ("in 9999999 days", "Asia/Kolkata", NOW, "is beyond the year 9999 in Asia/Kolkata"),
+    ("in 999999999 hours", "UTC", NOW, "is beyond the year 9999"),
+    ("on 9999-12-31 at 11pm", "Etc/GMT+12", NOW, "is beyond the year 9999 in Etc/GMT+12"),
+    ("december 31 9999 at 11:59pm", "America/Los_Angeles", NOW, "is beyond the year 9999"),
 ]
 
 
@@ -249,3 +259,49 @@ def test_validate_cron_names_the_field(expr: str, field: str) -> None:
 def test_day_of_month_with_day_of_week_is_an_or() -> None:
     # cron runs when either day field matches, so "the 30th or a Monday" is possible in Feb
     assert validate_cron("0 0 30 2 1") == "0 0 30 2 1"
+
+
+FAR_ZONES = ["UTC", "Etc/GMT+12", "Etc/GMT-14", "Pacific/Kiritimati", "Pacific/Pago_Pago",
+             "America/St_Johns", "Asia/Kathmandu"]
+
+
+@settings(max_examples=300, derandomize=True, database=None)
+@given(
+    count=st.one_of(st.integers(1, 10**6), st.integers(10**6, 10**40)),
+    unit=st.sampled_from(["minutes", "hours", "days", "weeks"]),
+    tz=st.sampled_from(FAR_ZONES),
+    now=st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),
+                     timezones=st.just(UTC)),
+)
+@example(count=99999999999999, unit="minutes", tz="UTC", now=NOW)
+def test_any_relative_schedule_parses_or_says_why(count: int, unit: str, tz: str,
+                                                  now: datetime) -> None:
+    """Whatever the amount, zone and now: a one-shot or a ScheduleError, nothing else."""
+    parsed = outcome(f"in {count} {unit}", now, tz)
+    if isinstance(parsed, str):
+        assert "beyond the year 9999" in parsed
+    else:
+        assert parsed.run_at is not None
+        assert parsed.run_at > now
+
+
+@settings(max_examples=300, derandomize=True, database=None)
+@given(year=st.integers(1, 9999), month=st.integers(1, 12), day=st.integers(1, 28),
+       hour=st.sampled_from(["1am", "noon", "11:59pm"]), tz=st.sampled_from(FAR_ZONES))
+@example(year=9999, month=12, day=28, hour="11:59pm", tz="Etc/GMT+12")
+def test_any_dated_schedule_parses_or_says_why(year: int, month: int, day: int, hour: str,
+                                               tz: str) -> None:
+    parsed = outcome(f"on {year:04d}-{month:02d}-{day:02d} at {hour}", NOW, tz)
+    if isinstance(parsed, str):
+        assert "is in the past" in parsed or "beyond the year 9999" in parsed
+    else:
+        assert parsed.run_at is not None
+        assert parsed.run_at > NOW
+
+
+def outcome(text: str, now: datetime, tz: str) -> ParsedSchedule | str:
+    """The parsed schedule, or the ScheduleError's message (any other error fails the test)."""
+    try:
+        return parse_schedule(text, now=now, tz=tz)
+    except ScheduleError as exc:
+        return str(exc)

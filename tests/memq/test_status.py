@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import orjson
 import pytest
 import redis
 
-from memq import names
+from memq import MemoryClient, names
 from memq.cli import main
 from memq.config import Config
-from producers import MemoryClient
-from tests.conftest import WriterThread, free_port
-from workers.queues import queue, worker
+from memq.jobs import queue
+from memq.store import schema
+from memq.testing import WriterThread, free_port
+from memq.workers.queues import worker
+from tests.embedding_events import send_embeddings
 
 pytestmark = pytest.mark.redis
 
@@ -73,7 +78,7 @@ def test_entries_read_but_not_committed_count_as_pending(backlog: Config, capsys
     # What a writer that died in the middle of a batch leaves behind.
     connection = redis.Redis.from_url(backlog.redis_url)
     connection.xreadgroup(names.WRITER_GROUP, names.WRITER_CONSUMER,
-                          {names.INBOX_STREAM: ">"}, count=2)
+                          dict.fromkeys(names.INBOX_STREAMS, ">"), count=2)
     _, report = status_json(capsys, backlog)
     assert (report["inbox"]["lag"], report["inbox"]["pending"]) == (3, 2)
 
@@ -101,6 +106,27 @@ def test_table_is_readable(backlog: Config, capsys) -> None:
     row = next(line for line in out.splitlines() if line.startswith(names.QUEUE_CONSOLIDATE))
     assert row.split()[1:4] == ["0", "0", "1"]  # queued, started, failed
     assert "messages  2 in 2 sessions: 0 embedded, 1 pending, 0 failed, 1 empty" in out
+    assert re.search(r"embedding behind: the oldest message waiting for a vector was "
+                     r"committed \d+\.\d s ago \(add `memq worker embed` processes", out)
+
+
+def test_the_oldest_message_waiting_for_a_vector_is_aged_until_it_has_one(
+    backlog: Config, capsys
+) -> None:
+    _, report = status_json(capsys, backlog)
+    age = report["database"]["messages"]["oldest_pending_age_s"]
+    assert 0 <= age < 300
+    with MemoryClient(config=backlog) as client, WriterThread(backlog):
+        client.flush()
+        (waiting,) = [m.id for m in client.history("s1") if m.content == "hello"]
+        send_embeddings(client, [waiting], np.eye(1, 384, dtype=np.float32))
+        pending = [m.id for m in client.history("s1") if m.content.startswith("waiting")]
+        send_embeddings(client, pending, np.eye(len(pending), 384, dtype=np.float32))
+    _, report = status_json(capsys, backlog)
+    assert report["database"]["messages"]["pending"] == 0
+    assert report["database"]["messages"]["oldest_pending_age_s"] is None
+    _, out = status(capsys, backlog)
+    assert "embedding behind" not in out
 
 
 def test_workers_are_listed(config: Config, capsys) -> None:
@@ -155,3 +181,66 @@ def test_tasks_due_next_are_listed(backlog: Config, capsys) -> None:
     assert [t["name"] for t in report["database"]["tasks_due"]] == ["task-1", "task-0"]
     _, out = status(capsys, backlog)
     assert "2030-01-01T09:00:00Z  task-1  (daily at 9am)" in out
+
+
+def test_the_model_files_are_checked_where_status_runs(
+    backlog: Config, capsys, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import MODEL_DIR
+
+    monkeypatch.setenv("MEMQ_EMBED_MODEL_DIR", str(MODEL_DIR))
+    code, report = status_json(capsys, backlog)
+    assert report["model"] == {"name": backlog.embed.model_name, "dir": str(MODEL_DIR),
+                               "ok": True, "missing": []}
+    empty = tmp_path / "no-model"
+    empty.mkdir()
+    (empty / "config.json").write_text("{}")
+    monkeypatch.setenv("MEMQ_EMBED_MODEL_DIR", str(empty))
+    code, out = status(capsys, backlog)
+    assert code == 0  # a machine that only runs the writer needs no model
+    assert (f"model     MISSING files in {empty}: model.onnx, tokenizer.json, "
+            "special_tokens_map.json, tokenizer_config.json") in out
+    assert f"`memq fetch-model --model-dir {empty}`" in out
+
+
+def test_one_line_says_whether_roles_are_enforced(
+    config: Config, capsys, tmp_path, role_urls
+) -> None:
+    from memq.authority import Role
+    from memq.testing import RedisServer
+
+    with RedisServer(tmp_path) as plain:
+        _, out = status(capsys, config.replace(redis_url=plain.url))
+        [line] = [line for line in out.splitlines() if line.startswith("trust")]
+        assert line == ("trust     one trust domain: this Redis has no memq ACL users, so every "
+                        "client acts as admin (`memq acl apply` creates them)")
+    _, out = status(capsys, config.replace(redis_url=role_urls[Role.ADMIN]))
+    [line] = [line for line in out.splitlines() if line.startswith("trust")]
+    assert line == ("trust     roles enforced by the ACL users memq-admin, memq-agent, "
+                    "memq-worker; this command runs as memq-admin; but the default user needs "
+                    "no password, so whoever reaches Redis is admin")
+    code, out = status(capsys, config.replace(redis_url=role_urls[Role.AGENT]))
+    assert code == 1  # the status is the person's to read
+    assert "          refused: reading the status: the Redis user of redis://memq-agent:***@" \
+        in out
+
+
+def test_status_says_whether_this_redis_belongs_to_this_database(
+    config: Config, capsys, tmp_path
+) -> None:
+    code, out = status(capsys, config)  # nothing claimed yet, and no database
+    assert "binding   no writer has claimed this Redis for a database yet" in out
+    with WriterThread(config) as running:
+        assert running.writer is not None
+        mine = running.writer.claim.database_id
+        code, out = status(capsys, config)
+        assert f"binding   this Redis belongs to this database ({mine})" in out
+        other = config.replace(db_path=str(tmp_path / "other.db"))
+        schema.open_migrated(other.db_path)[0].close()
+        code, out = status(capsys, other)
+        assert code == 1
+        assert f"binding   MISMATCH: this Redis belongs to database {mine}" in out
+        code, report = status_json(capsys, other)
+        assert report["binding"]["ok"] is False
+        assert report["binding"]["redis_database_id"] == mine
+        assert report["redis"]["belongs_to"]["database_id"] == mine

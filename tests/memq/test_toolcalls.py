@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
+import orjson
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from memq.toolcalls import (
     LONG_TEXT,
@@ -11,6 +16,7 @@ from memq.toolcalls import (
     fill_template,
     generalise_text,
     next_args_template,
+    scrub_template,
     shrink_args,
 )
 
@@ -111,3 +117,125 @@ def test_confidence_grows_with_consistent_evidence_towards_the_frequency() -> No
     assert values == sorted(values)
     assert values[-1] > 0.98
     assert confidence(500, 1000) == pytest.approx(0.5, abs=0.002)
+
+
+# -- no value of one session reaches another's suggestion; no secret is kept ---------------
+
+TOKEN = "abc123def456ghi789"
+"""The random part of a credential: it must not appear in any pattern or template."""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"headers": {"Authorization": f"Bearer {TOKEN}"}},
+        {"command": f"curl -H 'Authorization: Bearer {TOKEN}' https://api.example.org"},
+        {"command": f"curl -u admin:{TOKEN} https://api.example.org"},
+        {"command": f"deploy --token {TOKEN}"},
+        {"command": f"deploy --token={TOKEN}"},
+        {"command": f"mysql --password={TOKEN} -u root"},
+        {"command": f"Bearer {TOKEN}"},
+        {"url": f"https://me:{TOKEN}@git.example.com/repo.git"},
+        {"env": {"API_KEY": TOKEN}},
+        {"password": TOKEN},
+        {"auth": {"user": "me", "pass": TOKEN}},
+        {"cmd": f"export OPENAI_API_KEY=sk-{TOKEN}"},
+        {"key": f"ghp_{TOKEN}abcdefgh"},
+        {"args": ["--api-key", TOKEN]},
+        {"pin": 4321},
+    ],
+)
+def test_a_credential_is_never_in_a_pattern_or_a_template(args: dict[str, object]) -> None:
+    for kept in (args_pattern(args), next_args_template(args, {}), str(shrink_args(args))):
+        assert TOKEN not in kept
+        assert "4321" not in kept
+        assert "<secret>" in kept
+
+
+def test_a_reference_to_the_callers_own_secret_is_kept_as_a_reference() -> None:
+    token = f"Bearer {TOKEN}"
+    template = next_args_template({"auth": token, "q": "x"}, {"auth": token})
+    assert template == '{"auth":"${auth}","q":"x"}'
+    assert fill_template(template, {"auth": "Bearer mine123456"})["auth"] == "Bearer mine123456"
+
+
+def test_a_template_keeps_shapes_not_values() -> None:
+    template = next_args_template(
+        {"old": "x = 1", "new": "total = 42", "limit": 10, "ratio": 0.5, "path": "/home/ann/a.py",
+         "msg": "git commit -m 'Ann fixed it'", "flag": True, "none": None, "ids": ["a1", "b2"]},
+        {"unrelated": "value"},
+    )
+    assert orjson.loads(template) == {
+        "old": "x = <num>", "new": "total = <num>", "limit": "<num>", "ratio": "<num>",
+        "path": "<path>", "msg": "git commit -m <str>", "flag": True, "none": None,
+        "ids": ["a1", "b2"],
+    }
+
+
+def test_scrub_template_hides_credentials_and_keeps_the_rest() -> None:
+    assert scrub_template('{"path":"$0.path"}') == '{"path":"$0.path"}'
+    assert scrub_template("*") == "*"
+    scrubbed = scrub_template(f'{{"headers": {{"Authorization": "Bearer {TOKEN}"}}, "n": 1}}')
+    assert orjson.loads(scrubbed) == {"headers": {"Authorization": "<secret>"}, "n": 1}
+    assert scrub_template(f"not json, but Bearer {TOKEN}") == "<secret>"
+
+
+CREDENTIALS = st.builds(
+    lambda shape, token: shape.format(token),
+    st.sampled_from(["Bearer {}", "Basic {}=", "sk-{}", "ghp_{}xxxxxxxx", "xoxb-{}",
+                     "https://u:{}@h.example/x", "PASSWORD={}", "--token={}", "token: {}"]),
+    st.text("ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", min_size=20,
+            max_size=40).filter(lambda t: any(c.isdigit() for c in t)),
+)
+PLAIN = st.one_of(st.text(max_size=20), st.integers(-(2**63), 2**63 - 1), st.booleans(),
+                  st.none(),
+                  st.sampled_from(["git status", "a.py", "x = 1", "-v"]))
+NAMES = st.sampled_from(["command", "path", "q", "headers", "opts", "args", "env", "body"])
+
+
+@st.composite
+def args_with_a_credential(draw: st.DrawFn) -> tuple[dict[str, object], str]:
+    """Arguments with one credential hidden somewhere in them, and its random part."""
+    credential = draw(CREDENTIALS)
+    token = max(re.findall(r"[A-Za-z0-9]{20,}", credential), key=len)
+    inner: object = credential
+    if draw(st.booleans()):  # inside a command line
+        inner = f"{draw(st.sampled_from(['curl -H', 'echo', 'deploy']))} {credential}"
+    for _ in range(draw(st.integers(0, 3))):  # nested
+        inner = draw(st.sampled_from([lambda v: [v], lambda v: {draw(NAMES): v}]))(inner)
+    args = draw(st.dictionaries(NAMES, PLAIN, max_size=3))
+    assume(token not in str(args))  # the credential is the only place the token is
+    args[draw(NAMES)] = inner
+    return args, token
+
+
+@settings(max_examples=400, derandomize=True, database=None)
+@given(case=args_with_a_credential(), trigger=st.dictionaries(NAMES, PLAIN, max_size=3))
+def test_no_generated_credential_survives_learning(
+    case: tuple[dict[str, object], str], trigger: dict[str, object]
+) -> None:
+    args, token = case
+    assert token not in args_pattern(args)
+    assert token not in next_args_template(args, trigger)
+    assert token not in orjson.dumps(shrink_args(args)).decode()
+
+
+@settings(max_examples=300, derandomize=True, database=None)
+@given(args=st.dictionaries(NAMES, st.one_of(st.integers(), st.floats(allow_nan=False),
+                                             st.text(min_size=2, max_size=30)), max_size=4),
+       trigger=st.dictionaries(NAMES, st.text(max_size=10), max_size=3))
+def test_a_template_holds_no_number_and_no_quoted_text_of_its_call(
+    args: dict[str, object], trigger: dict[str, object]
+) -> None:
+    """What another session gets: references, placeholders and bare words only."""
+    template = orjson.loads(next_args_template(args, trigger))
+    for name, value in args.items():
+        shown = template[name]
+        if isinstance(value, (int, float)):
+            assert shown == "<num>"
+        elif isinstance(value, str) and value in trigger.values() and len(value) >= 2:
+            assert shown.startswith("${")
+        elif isinstance(value, str):
+            assert shown == generalise_text(value) or shown == "<secret>"
+            assert "'" not in shown
+            assert '"' not in shown

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from memq import MemoryClient
+from memq.authority import Role
 from memq.cli import command_names
-from memq.cli.up import PROCESSES, selected
-from producers import MemoryClient
+from memq.cli.up import PROCESSES, copies, embed_workers, selected
+from memq.config import EmbedConfig
 from tests.conftest import MODEL_DIR, ROOT
 from tests.memq.test_supervisor import pid_alive
 
@@ -63,7 +65,11 @@ class Stack:
 
     @property
     def redis_url(self) -> str:
-        return (self.data / "redis.url").read_text().strip()
+        """The admin's URL, as the CLI finds it."""
+        return self.url(Role.ADMIN)
+
+    def url(self, role: Role) -> str:
+        return (self.data / f"{role.value}.url").read_text().strip()
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
@@ -109,10 +115,14 @@ def test_up_serves_restarts_and_stops_cleanly(tmp_path: Path, ops_config: Path) 
     try:
         stack.wait_for(r"memq is up")
         url = stack.redis_url
-        assert url == f"unix://{data / 'redis.sock'}?db=0"
+        assert url.startswith("unix://memq-admin:")
+        assert url.endswith(f"@{data / 'redis.sock'}?db=0")
+        for role in Role:
+            assert (data / f"{role.value}.url").stat().st_mode & 0o777 == 0o600
+        assert (data / "users.acl").stat().st_mode & 0o777 == 0o600
 
-        # append -> committed, through the stack's own Redis and writer
-        with MemoryClient(redis_url=url, db_path=data / "memq.db") as client:
+        # append -> committed, through the stack's own Redis and writer, as an agent
+        with MemoryClient(redis_url=stack.url(Role.AGENT), db_path=data / "memq.db") as client:
             ids = [client.append("up-test", "user", f"turn {i}") for i in range(3)]
             client.flush(30)
             assert [m.id for m in client.history("up-test")] == ids
@@ -142,7 +152,7 @@ def test_up_serves_restarts_and_stops_cleanly(tmp_path: Path, ops_config: Path) 
     assert not [pid for pid in stack.pids() if pid_alive(pid)]
     assert not processes_with(str(data))  # no redis-server, no child of any kind
     assert not (data / "redis.sock").exists()
-    assert not (data / "redis.url").exists()
+    urls = {role: stack.url(role) for role in Role}  # kept: agents hold them
     # workers first, then the writer, then Redis
     assert line_index(stack, "embed stopped") < line_index(stack, "stopping writer")
     assert line_index(stack, "writer stopped (exit status 0)") < line_index(
@@ -153,6 +163,7 @@ def test_up_serves_restarts_and_stops_cleanly(tmp_path: Path, ops_config: Path) 
     try:
         again.wait_for(r"memq is up")
         again.wait_for(r"already exists: skipping the demo")
+        assert {role: again.url(role) for role in Role} == urls  # the same credentials
         with MemoryClient(redis_url=again.redis_url, db_path=data / "memq.db") as client:
             assert [m.id for m in client.history("up-test")] == ids
             assert client.redis.exists("memq:writer:stats")  # kept by the append-only file
@@ -166,19 +177,16 @@ def test_up_serves_restarts_and_stops_cleanly(tmp_path: Path, ops_config: Path) 
 @pytest.mark.slow
 @pytest.mark.model
 def test_up_round_trip_to_get_context(tmp_path: Path, ops_config: Path) -> None:
-    """append -> embedded -> get_context through ``memq up`` (needs the embed pipeline and
-    get_context: skipped, with the reason, in a build that lacks either)."""
-    from workers.queues import allowed_functions
-
-    if not hasattr(MemoryClient, "get_context"):
-        pytest.skip("this build has no MemoryClient.get_context yet")
-    if not any(name.startswith("workers.embed") for name in allowed_functions()):
-        pytest.skip("this build has no embed job yet")
+    """append -> embedded -> get_context through ``memq up``, with two embed workers."""
     data = tmp_path / "data"
+    ops_config.write_text(ops_config.read_text() + "[embed]\nworkers = 2\n")
     stack = Stack(data, ops_config)
     try:
         stack.wait_for(r"memq is up")
-        with MemoryClient(redis_url=stack.redis_url, db_path=data / "memq.db") as client:
+        stack.wait_for(r"2 embed workers: \[embed\] workers sets it")
+        assert len(stack.pids("embed")) == len(stack.pids("embed-2")) == 1
+        agent_url = stack.url(Role.AGENT)  # and the workers run with the worker's
+        with MemoryClient(redis_url=agent_url, db_path=data / "memq.db") as client:
             target = client.append("ctx", "user", "The billing service is deployed to "
                                    "Kubernetes every Tuesday with a blue-green rollout.")
             for i in range(12):
@@ -219,3 +227,123 @@ def test_procfile_lists_the_same_processes() -> None:
     lines = (ROOT / "Procfile").read_text().splitlines()
     entries = [line for line in lines if line and not line.startswith("#")]
     assert entries == [f"{p.name}: memq {' '.join(p.command)}" for p in PROCESSES]
+
+
+@pytest.mark.parametrize(("cores", "threads", "expected"),
+                         [(1, 1, 1), (2, 1, 1), (4, 1, 3), (16, 1, 15), (8, 2, 3), (2, 4, 1)])
+def test_up_runs_one_embed_worker_per_core_left_after_the_writer(
+    cores: int, threads: int, expected: int
+) -> None:
+    assert embed_workers(EmbedConfig(threads=threads), cores) == expected
+
+
+def test_configured_embed_workers_win_and_get_names_of_their_own() -> None:
+    assert embed_workers(EmbedConfig(workers=5), cores=2) == 5
+    embed = next(p for p in PROCESSES if p.name == "embed")
+    writer = next(p for p in PROCESSES if p.name == "writer")
+    assert copies(embed, 3) == ["embed", "embed-2", "embed-3"]
+    assert copies(writer, 3) == ["writer"]
+
+
+@pytest.mark.slow
+def test_up_enforces_the_roles(tmp_path: Path, ops_config: Path) -> None:
+    """With ``memq up``'s Redis, an agent's credentials cannot do the person's or a worker's
+    work: neither through the client nor with raw Redis commands."""
+    import apsw
+    import redis
+    from rq import Queue
+
+    from memq import names
+    from memq.errors import PermissionDenied
+    from memq.testing import wait_committed
+    from tests.producers.test_permissions import ADMIN_OPERATIONS, RAW_FORGERIES
+
+    data = tmp_path / "data"
+    stack = Stack(data, ops_config)
+    try:
+        stack.wait_for(r"memq is up")
+        db = data / "memq.db"
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            redis.Redis(unix_socket_path=str(data / "redis.sock")).ping()  # default: off
+        admin_redis = redis.Redis.from_url(stack.redis_url)
+        with MemoryClient(redis_url=stack.redis_url, db_path=db) as admin, \
+                MemoryClient(redis_url=stack.url(Role.AGENT), db_path=db) as agent:
+            assert (admin.role, agent.role) == (Role.ADMIN, Role.AGENT)
+            admin.set_fact("user", "name", "Dana", source="user")
+            task_id = admin.schedule_task("backup", "every day at 3am", "back up", trusted=True)
+            admin.flush(30)
+            for operation in ADMIN_OPERATIONS.values():
+                with pytest.raises(PermissionDenied):
+                    operation(agent)
+            for change in (agent.pause_task, agent.resume_task, agent.delete_task):
+                with pytest.raises(PermissionDenied):
+                    change(task_id)
+            raw = agent.redis
+            for forged in RAW_FORGERIES.values():
+                raw.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: forged})
+                for stream in (names.ADMIN_INBOX_STREAM, names.WORKER_INBOX_STREAM):
+                    with pytest.raises(redis.exceptions.NoPermissionError):
+                        raw.xadd(stream, {names.EVENT_FIELD: forged})
+            for command in (("HSET", f"rq:job:{names.TASK_JOB_PREFIX}x", "data", "x"),
+                            ("LPUSH", f"rq:queue:{names.QUEUE_TASKS}", "x"),
+                            ("XADD", names.AGENT_INBOX_STREAM, "*", "prompt", "forged")):
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    raw.execute_command(*command)
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                Queue(names.QUEUE_TASKS, connection=raw).enqueue("builtins.print")
+            wait_committed(admin_redis, timeout=30)
+            assert [f.value for f in admin.facts("user")] == ["Dana"]
+            assert admin.task(task_id).is_trusted
+            assert not admin.task(task_id).is_paused
+        conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+        reasons = [r[0] for r in conn.execute("SELECT reason FROM rejected_events")]
+        prefixes = conn.execute("SELECT count(*) FROM terminal_allowed_prefixes").fetchone()
+        conn.close()
+        assert len(reasons) == len(RAW_FORGERIES)
+        assert all("not from an agent (memq:inbox)" in reason for reason in reasons)
+        assert prefixes == (0,)
+
+        # Next to the data, each finds its own credentials: an agent's client, the CLI.
+        env = {k: v for k, v in os.environ.items() if k != "MEMQ_REDIS_URL"}
+        found = subprocess.run(
+            [sys.executable, "-c", "from memq import MemoryClient\n"
+             "print(MemoryClient.from_env().role.value)"],
+            cwd=ROOT, env={**env, "MEMQ_DB": str(db), "PYTHONPATH": str(ROOT)},
+            capture_output=True, text=True, timeout=60)
+        assert found.stdout.strip() == "agent", found.stderr
+        status = subprocess.run(
+            [sys.executable, "-m", "memq", "status", "--db", str(db)],
+            cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
+            capture_output=True, text=True, timeout=60)
+        assert "trust     roles enforced by the ACL users memq-admin, memq-agent, memq-worker;" \
+               " this command runs as memq-admin\n" in status.stdout, status.stdout
+    finally:
+        code = stack.stop() if stack.proc.poll() is None else stack.proc.returncode
+        stack.kill()
+    assert code == 0
+
+
+@pytest.mark.parametrize("fsync", ["everysec", "always"])
+def test_the_private_redis_syncs_its_log_as_configured(tmp_path: Path, fsync: str) -> None:
+    from memq.cli.up import _redis_argv
+
+    argv, _ = _redis_argv("redis-server", tmp_path, tmp_path / "redis.sock", fsync)
+    assert argv[argv.index("--appendfsync") + 1] == fsync
+    assert argv[argv.index("--appendonly") + 1] == "yes"
+
+
+def test_with_sentinels_each_process_gets_its_roles_url_file(tmp_path: Path) -> None:
+    from memq import acl
+    from memq.cli.up import sentinel_role_urls
+    from memq.config import Config
+    from memq.redis_config import RedisConfig
+
+    config = Config(db_path=str(tmp_path / "memq.db"),
+                    redis=RedisConfig(sentinels=("127.0.0.1:26379",)))
+    args = Namespace(redis_url=None)
+    assert sentinel_role_urls(args, config) is None  # no URL files: one URL for all
+    urls = {role: f"redis://{role.value}:pw@mymaster/0" for role in Role}
+    acl.write_url_files(tmp_path, urls)
+    assert sentinel_role_urls(args, config) == urls
+    assert sentinel_role_urls(Namespace(redis_url="redis://x/0"), config) is None
+    assert sentinel_role_urls(args, config.replace(redis=RedisConfig())) is None

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from memq import names
+from memq import MemoryClient, names
 from memq.config import ClientConfig, Config
-from memq.errors import BrokerError, FlushTimeout, ValidationError
-from producers import MemoryClient
+from memq.errors import BrokerError, FlushTimeout, NotFound, ValidationError
 
 pytestmark = pytest.mark.redis
 
@@ -29,7 +29,7 @@ BAD_APPENDS: list[tuple[dict[str, Any], str]] = [
     ({"importance": True}, "importance must be a number, got bool"),
     ({"importance": "0.5"}, "importance must be a number, got str"),
     ({"tool_calls": {"name": "ls"}}, "tool_calls must be a list, got dict"),
-    ({"tool_calls": [object()]}, "tool_calls must be JSON-serialisable"),
+    ({"tool_calls": [object()]}, "tool_calls cannot be stored as JSON"),
     ({"tool_call_id": ""}, "tool_call_id must not be empty"),
     ({"tool_name": 3}, "tool_name must be a string, got int"),
     ({"created_at": datetime(2026, 1, 1)}, "has no time zone"),
@@ -39,6 +39,12 @@ BAD_APPENDS: list[tuple[dict[str, Any], str]] = [
     ({"session_id": "s" * 201}, "session_id is 201 characters, over the 200 limit"),
     ({"session_id": "a\tb"}, "session_id contains a control character"),
     ({"session_id": 42}, "session_id must be a string, got int"),
+    ({"user_id": ""}, "user_id must not be empty"),
+    ({"user_id": "u\x00"}, "user_id contains a control character"),
+    ({"user_id": 7}, "user_id must be a string, got int"),
+    ({"user_id": "u" * 201}, "user_id is 201 characters, over the 200 limit"),
+    ({"agent_id": " "}, "agent_id must not be empty"),
+    ({"agent_id": ["a"]}, "agent_id must be a string, got list"),
 ]
 
 
@@ -54,6 +60,7 @@ def test_bad_append_raises_and_sends_nothing(
         assert client.redis.xlen(names.INBOX_STREAM) == 0
 
 
+@pytest.mark.remote_too
 def test_defaults_and_created_at(client: MemoryClient) -> None:
     for role in ("user", "assistant", "tool", "system"):
         client.append("s1", role, f"from {role}")
@@ -68,6 +75,7 @@ def test_defaults_and_created_at(client: MemoryClient) -> None:
     assert older[0].importance == 0.95
 
 
+@pytest.mark.remote_too
 def test_tool_fields_round_trip(client: MemoryClient) -> None:
     calls = [{"id": "c1", "function": {"name": "ls", "arguments": "{\"path\": \"/\"}"}}]
     client.append("s", "assistant", "", tool_calls=calls)
@@ -78,6 +86,7 @@ def test_tool_fields_round_trip(client: MemoryClient) -> None:
     assert (second.tool_call_id, second.tool_name) == ("c1", "ls")
 
 
+@pytest.mark.remote_too
 def test_history_limit_and_order(client: MemoryClient) -> None:
     ids = [client.append("s", "user", str(i)) for i in range(20)]
     client.flush()
@@ -96,7 +105,7 @@ def test_flush_times_out_without_a_writer(config: Config) -> None:
 
 
 def test_unreachable_redis_is_a_broker_error(config: Config) -> None:
-    from tests.conftest import free_port
+    from memq.testing import free_port
 
     # No retrying: how long a send waits out a restart is tested in tests/faults.
     dead = config.replace(redis_url=f"redis://:hunter2@127.0.0.1:{free_port()}/0",
@@ -122,4 +131,130 @@ def test_from_env(config: Config, monkeypatch: pytest.MonkeyPatch, writer: objec
         client.append("env", "user", "hello")
         client.flush()
         assert [m.content for m in client.history("env")] == ["hello"]
-    assert redis.Redis.from_url(config.redis_url).get(names.COMMITTED_KEY) is not None
+        stream = client.outbox.stream
+    assert redis.Redis.from_url(config.redis_url).get(names.COMMITTED_KEYS[stream]) is not None
+
+
+def test_history_pages_through_a_session_of_any_length(client: MemoryClient) -> None:
+    same_time = "2026-01-01T10:00:00Z"  # an import: many turns share one timestamp
+    with client.batched():
+        ids = [client.append("long", "user", f"turn {i}",
+                             created_at=same_time if i < 12 else None) for i in range(25)]
+    client.flush()
+    assert [m.id for m in client.history("long", 10)] == ids[15:]
+    pages, page = [], client.history("long", 10)
+    while page:
+        pages.insert(0, page)
+        page = client.history("long", 10, before=page[0].id)
+    assert [m.id for p in pages for m in p] == ids
+    assert [len(p) for p in pages] == [5, 10, 10]
+    # Forwards: what came after a message, a page at a time.
+    assert [m.id for m in client.history("long", 7, after=ids[3])] == ids[4:11]
+    assert client.history("long", 7, after=ids[-1]) == []
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"before": "no-such-id"}, NotFound, "no message 'no-such-id' in session 'long'"),
+    ({"after": "no-such-id"}, NotFound, "no message 'no-such-id' in session 'long'"),
+    ({"before": "a", "after": "b"}, ValidationError, "give before or after, not both"),
+    ({"before": ""}, ValidationError, "before must not be empty"),
+    ({"after": 3}, ValidationError, "after must be a string, got int"),
+])
+@pytest.mark.remote_too
+def test_history_pages_name_a_bad_cursor(
+    client: MemoryClient, kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        client.history("long", 10, **kwargs)
+
+
+@pytest.mark.remote_too
+def test_history_does_not_page_across_sessions(client: MemoryClient) -> None:
+    other = client.append("other", "user", "elsewhere")
+    client.flush()
+    with pytest.raises(NotFound):
+        client.history("long", 10, before=other)
+
+
+def test_from_env_finds_the_redis_and_database_the_commands_find(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `memq up` leaves in its data directory is all an agent started there needs:
+    the agent's URL file (the admin's is not what an agent reads)."""
+    from memq.testing import WriterThread
+
+    for name in ("MEMQ_REDIS_URL", "MEMQ_DB", "MEMQ_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "agent.url").write_text(redis_url + "\n")
+    (tmp_path / "data" / "admin.url").write_text("redis://memq-admin:x@127.0.0.1:1/0\n")
+    writer = WriterThread(Config(redis_url=redis_url, db_path=str(tmp_path / "data/memq.db")))
+    with writer, MemoryClient.from_env() as client:
+        assert (client.config.redis_url, client.config.db_path) == (redis_url, "data/memq.db")
+        client.append("s1", "user", "found it")
+        client.flush()
+        assert [m.content for m in client.history("s1")] == ["found it"]
+
+
+def test_from_env_reads_the_url_file_of_the_role_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("MEMQ_REDIS_URL", "MEMQ_DB", "MEMQ_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for role in ("agent", "admin"):
+        (tmp_path / "data" / f"{role}.url").write_text(f"redis://memq-{role}:pw@h:1/0\n")
+    with MemoryClient.from_env() as agent, MemoryClient.from_env(role="admin") as person:
+        assert agent.config.redis_url == "redis://memq-agent:pw@h:1/0"
+        assert person.config.redis_url == "redis://memq-admin:pw@h:1/0"
+    with pytest.raises(ValidationError, match="role must be one of"):
+        MemoryClient.from_env(role="root")
+
+
+HUGE = 10**5000  # past Python's 4,300-digit int-to-string limit: repr() raises ValueError
+PLAUSIBLE = {"session_id": "s1", "role": "user", "content": "x", "query": "q",
+             "category": "user", "key": "k", "value": "v", "user_id": "u1", "command": "ls",
+             "prefix": "git status", "schedule": "every day at 9:00", "prompt": "p",
+             "task_id": "t", "name": "t", "event_id": "e", "tool": "edit_file", "args": {},
+             "namespace": ["docs"], "message_id": "m1"}
+NOT_CALLED = {"close", "flush", "batched", "wait_forgotten"}
+
+
+def _huge_calls() -> list[tuple[str, str]]:
+    import inspect
+    calls = []
+    for name, method in inspect.getmembers(MemoryClient, inspect.isfunction):
+        if name.startswith("_") or name in NOT_CALLED:
+            continue
+        for param in list(inspect.signature(method).parameters.values())[1:]:
+            if param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                calls.append((name, param.name))
+    return calls
+
+
+@pytest.mark.parametrize(("method", "param"), _huge_calls())
+@pytest.mark.remote_too
+def test_a_huge_integer_anywhere_is_a_memq_error(idle_client: MemoryClient, method: str,
+                                                 param: str) -> None:
+    """An int with more digits than Python will print (limit=, a flag, an id) is named in a
+    MemqError, never a ValueError from the message that describes it."""
+    import inspect
+
+    from memq.errors import MemqError
+
+    function = getattr(idle_client, method)
+    kwargs = {p.name: PLAUSIBLE[p.name]
+              for p in inspect.signature(function).parameters.values()
+              if p.default is p.empty and p.name in PLAUSIBLE}
+    kwargs[param] = HUGE
+    with pytest.raises(MemqError):
+        function(**kwargs)
+
+
+def test_from_env_names_a_huge_role() -> None:
+    from memq.errors import MemqError
+
+    with pytest.raises(MemqError, match="an integer of about 5000 digits"):
+        MemoryClient.from_env(role=HUGE)  # type: ignore[arg-type]

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pytest
 
-from memq import names
+from memq import ContextItem, MemoryClient, names
 from memq.config import Config, RetrievalConfig, from_mapping
 from memq.embedding import Embedder
 from memq.errors import ConfigError, ValidationError
-from producers import ContextItem, MemoryClient
-from producers import retrieval as retrieval_module
-from producers import sources as sources_module
-from producers.messages import Message
-from producers.retrieval import Hit, Profile, Recency, Sources
+from memq.producers import retrieval as retrieval_module
+from memq.producers.retrieval import Hit, Profile, Recency, Sources
+from memq.store.read import messages as sources_module
+from memq.store.read.messages import Message
+from memq.store.read.scope import Scope
 from tests.embedding_events import send_embeddings
 
 pytestmark = pytest.mark.redis
@@ -32,6 +32,13 @@ SISTER = "My sister Ana lives in Lisbon."
 PASSWORD = "The production database password rotates on the first Monday of each month."
 PEANUTS = "I am allergic to peanuts."
 FILLER = "Turn {}: let's keep going with the refactor of the parser."
+
+
+@pytest.fixture
+def config(config: Config) -> Config:
+    """These tests are about the branches of the tri-hybrid profile (the seed's numbers),
+    which is a named profile, no longer the default."""
+    return config.replace(retrieval=dataclasses.replace(config.retrieval, profile="tri-hybrid"))
 
 
 def make_client(config: Config, embedder: Embedder | None = None, **retrieval: Any) -> MemoryClient:
@@ -246,8 +253,8 @@ class Oldest:
 
     name: str = "oldest"
 
-    def find(self, sources: Sources, session_id: str, query: str | None) -> list[Hit]:
-        turns: list[Message] = sources.recent(session_id, 50)
+    def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
+        turns: list[Message] = sources.recent(scope.session_id, 50)
         return [Hit(turns[0], 1.0)] if turns else []
 
 
@@ -289,7 +296,7 @@ def test_retrieval_defaults_are_the_documented_ones() -> None:
     settings = RetrievalConfig()
     assert (settings.profile, settings.recency_limit, settings.importance_threshold,
             settings.importance_limit, settings.semantic_threshold, settings.semantic_limit) == (
-        "tri-hybrid", 10, 0.8, 5, 0.65, 5)
+        "recall", 10, 0.8, 5, 0.65, 5)
 
 
 # -- the item ------------------------------------------------------------------------------
@@ -312,10 +319,9 @@ def test_items_are_frozen_and_their_scores_read_only(
 # -- bad arguments -------------------------------------------------------------------------
 
 @pytest.fixture
-def idle(config: Config) -> Iterator[MemoryClient]:
+def idle(idle_client: MemoryClient) -> MemoryClient:
     """A client with no writer, so anything it sent would stay in the inbox."""
-    with MemoryClient(config=config) as client:
-        yield client
+    return idle_client
 
 
 BAD_CONTEXT: list[tuple[dict[str, Any], str]] = [
@@ -331,6 +337,7 @@ BAD_CONTEXT: list[tuple[dict[str, Any], str]] = [
 
 
 @pytest.mark.parametrize(("kwargs", "fragment"), BAD_CONTEXT)
+@pytest.mark.remote_too
 def test_get_context_refuses_bad_arguments(
     idle: MemoryClient, kwargs: dict[str, Any], fragment: str
 ) -> None:
@@ -346,6 +353,7 @@ def test_get_context_refuses_bad_arguments(
     ({"limit": True}, "got True"),
     ({"limit": "5"}, "got '5'"),
 ])
+@pytest.mark.remote_too
 def test_history_refuses_bad_arguments(
     idle: MemoryClient, kwargs: dict[str, Any], fragment: str
 ) -> None:
@@ -368,7 +376,7 @@ BAD_APPEND: list[tuple[dict[str, Any], str]] = [
     ({"tool_call_id": ""}, "tool_call_id must not be empty"),
     ({"tool_name": 3}, "tool_name must be a string, got int"),
     ({"tool_calls": {"name": "x"}}, "tool_calls must be a list, got dict"),
-    ({"tool_calls": [object()]}, "tool_calls must be JSON-serialisable"),
+    ({"tool_calls": [object()]}, "tool_calls cannot be stored as JSON"),
     ({"created_at": datetime(2026, 1, 1)}, "has no time zone"),
     ({"created_at": "yesterday"}, "created_at must be an RFC3339 string"),
     ({"created_at": "2026-01-01T00:00:00"}, "created_at has no time zone offset"),
@@ -386,3 +394,70 @@ def test_append_refuses_bad_arguments_and_sends_nothing(
     assert fragment in str(caught.value)
     assert idle.redis.xlen(names.INBOX_STREAM) == 0
     assert "s1" not in idle.working_memory or idle.working_memory.recent("s1", 5) == []
+
+
+# -- while embedding is behind -----------------------------------------------------------
+
+BEHIND = [SISTER, PASSWORD, *[FILLER.format(i) for i in range(12)]]
+"""Two turns worth finding, then enough filler that recency no longer shows them."""
+
+
+@pytest.mark.model
+def test_while_embedding_is_behind_words_still_find_a_turn_and_every_item_says_so(
+    config: Config, clients: list[MemoryClient], embedder: Embedder
+) -> None:
+    client = make_client(config, embedder)
+    clients.append(client)
+    ids = record(client, BEHIND)  # no vectors: the workers are behind
+    items = client.get_context("s1", "Where does my sister Ana live?")
+    found = by_id(items)
+    assert found[ids[0]].branches == ("lexical",)
+    assert found[ids[0]].lexical is not None
+    assert found[ids[0]].lexical > 0
+    assert ids[1] not in found  # no word of the query in it
+    assert all(item.semantic_partial for item in items)
+    assert all(item.to_dict()["semantic_partial"] is True for item in items)
+
+
+@pytest.mark.model
+def test_once_embedded_the_meaning_finds_it_and_nothing_is_partial(
+    config: Config, clients: list[MemoryClient], embedder: Embedder
+) -> None:
+    client = make_client(config, embedder)
+    clients.append(client)
+    ids = record(client, BEHIND, embedder)
+    items = client.get_context("s1", "Where does my sister Ana live?")
+    found = by_id(items)
+    assert found[ids[0]].branches == ("semantic",)
+    assert not any(item.semantic_partial for item in items)
+    assert all("lexical" not in item.branches for item in items)
+
+
+@pytest.mark.model
+def test_half_embedded_turns_are_found_by_meaning_the_rest_by_words(
+    config: Config, clients: list[MemoryClient], embedder: Embedder
+) -> None:
+    client = make_client(config, embedder)
+    clients.append(client)
+    ids = record(client, BEHIND)
+    send_embeddings(client, ids[1:], embedder.embed(BEHIND[1:]))  # all but the sister turn
+    items = client.get_context("s1", "When does the production database password rotate? "
+                                     "And where does Ana live?")
+    found = by_id(items)
+    assert "semantic" in found[ids[1]].branches
+    assert found[ids[0]].branches == ("lexical",)  # only the waiting turn is found by words
+    assert all(item.semantic_partial for item in items)
+
+
+@pytest.mark.model
+def test_without_a_query_nothing_is_partial_and_the_recall_profile_says_it_too(
+    config: Config, clients: list[MemoryClient], embedder: Embedder
+) -> None:
+    client = make_client(config, embedder)
+    recall = make_client(config, embedder, profile="recall")
+    clients.extend([client, recall])
+    ids = record(client, BEHIND)
+    assert not any(item.semantic_partial for item in client.get_context("s1"))
+    items = recall.get_context("s1", "Where does my sister Ana live?")
+    assert ids[0] in by_id(items)
+    assert all(item.semantic_partial for item in items)

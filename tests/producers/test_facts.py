@@ -7,15 +7,21 @@ from typing import Any
 
 import pytest
 
-from memq import names
+import memq
+from memq import MemoryClient, names
+from memq.clock import uuid7
 from memq.config import Config, RetrievalConfig
 from memq.errors import ValidationError
-from producers import MemoryClient
+from memq.events import Event, EventType
+from memq.producers.facts import with_pending_facts
+from memq.store.read.facts import Fact
+from memq.testing import WriterThread
 from tests.conftest import ROOT, memq_command
 
 pytestmark = pytest.mark.redis
 
 
+@pytest.mark.remote_too
 def test_set_read_update_delete(client: MemoryClient) -> None:
     client.set_fact("prefs", "editor", "vim")
     client.set_fact("prefs", "shell", "zsh", source="user")
@@ -33,6 +39,7 @@ def test_set_read_update_delete(client: MemoryClient) -> None:
     assert client.facts("profile") == []
 
 
+@pytest.mark.remote_too
 def test_agent_cannot_overwrite_a_user_fact_unless_forced(client: MemoryClient) -> None:
     client.set_fact("prefs", "editor", "vim", source="user")
     ignored = client.set_fact("prefs", "editor", "emacs")  # an agent's guess
@@ -50,6 +57,51 @@ def test_agent_cannot_overwrite_a_user_fact_unless_forced(client: MemoryClient) 
     assert history[3].force is True
 
 
+@pytest.mark.remote_too
+def test_own_changes_are_read_before_the_writer_commits_them(
+    client: MemoryClient, writer: WriterThread
+) -> None:
+    client.set_fact("prefs", "shell", "zsh", source="user")
+    client.set_fact("prefs", "theme", "dark")
+    client.flush()
+    writer.stop()  # from here on nothing is committed: every read is this client's overlay
+    client.set_fact("prefs", "editor", "vim")
+    client.set_fact("prefs", "theme", "light")
+    client.set_fact("prefs", "shell", "bash")          # guarded: the user's value stays
+    client.set_fact("profile", "name", "Ada")
+    client.delete_fact("profile", "name")              # right after set_fact
+    shown = [(f.key, f.value, f.source, f.id == 0) for f in client.facts()]
+    assert shown == [("editor", "vim", "agent", True), ("shell", "zsh", "user", False),
+                     ("theme", "light", "agent", False)]
+    assert [f.key for f in client.facts("profile")] == []
+    writer.start()
+    client.flush()
+    committed = [(f.key, f.value, f.source) for f in client.facts()]
+    assert committed == [(key, value, source) for key, value, source, _ in shown]
+    assert all(f.id > 0 for f in client.facts())
+
+
+def test_with_pending_facts_applies_in_order_under_the_guard() -> None:
+    def change(etype: str, key: str, value: str | None = None, source: str = "agent",
+               force: bool = False) -> Event:
+        payload = {"category": "c", "key": key, "source": source,
+                   **({"value": value} if value is not None else {}),
+                   **({"force": True} if force else {})}
+        return Event(id=uuid7(), type=etype, session_id=None, created_at=f"t-{key}-{value}",
+                     payload=payload)
+
+    users = Fact(7, "c", "u", "mine", "user", "t0", "t0")
+    pending = [change(EventType.FACT_SET, "u", "agent's"),
+               change(EventType.FACT_DELETED, "u"),
+               change(EventType.FACT_SET, "a", "1"), change(EventType.FACT_SET, "a", "2"),
+               change(EventType.FACT_SET, "u", "forced", force=True)]
+    shown = with_pending_facts([users], pending)
+    assert [(f.key, f.value, f.id, f.created_at) for f in shown] == [
+        ("a", "2", 0, "t-a-1"), ("u", "forced", 7, "t0")]
+    assert with_pending_facts([], pending, "other") == []  # committed: already filtered
+
+
+@pytest.mark.remote_too
 def test_history_survives_deletion(client: MemoryClient, config: Config) -> None:
     for value in ["a", "b", "c"]:
         client.set_fact("notes", "k", value)
@@ -97,11 +149,8 @@ def test_bad_arguments(idle_client: MemoryClient, method: str, args: tuple[Any, 
 
 
 def test_public_names() -> None:
-    import producers
-
-    assert sorted(producers.__all__) == producers.__all__
-    for name in producers.__all__:
-        assert getattr(producers, name) is not None
+    for name in memq.__all__:
+        assert getattr(memq, name) is not None, name
     for method in ["set_fact", "delete_fact", "facts", "fact_history", "record_tool_call",
                    "suggest_next_tools", "use_macro", "allow_prefix", "revoke_prefix",
                    "allowed_prefixes", "is_command_allowed"]:

@@ -7,12 +7,13 @@ from typing import Any
 import orjson
 import pytest
 
-from memq import names
+from memq import MemoryClient, names
+from memq.clock import now_rfc3339, uuid7
 from memq.config import Config, MacrosConfig
 from memq.errors import ConfigError, NotFound, ValidationError
+from memq.store.rebuild import check
+from memq.testing import wait_committed
 from memq.toolcalls import ANY_ARGS
-from producers import MemoryClient
-from store.rebuild import check
 
 pytestmark = pytest.mark.redis
 
@@ -32,18 +33,21 @@ def record_sessions(client: MemoryClient, count: int = 4) -> None:
     client.flush()
 
 
+@pytest.mark.remote_too
 def test_suggests_editing_the_file_just_read(client: MemoryClient, config: Config) -> None:
     record_sessions(client)
     suggestions = client.suggest_next_tools("read_file", {"path": "lib/other.py"})
     assert [s.tool for s in suggestions] == ["edit_file"]
     best = suggestions[0]
-    assert best.args == {"path": "lib/other.py", "old": "x = 1", "new": "x = 2"}
+    # The path is this call's own; what other sessions wrote is only shown by its shape.
+    assert best.args == {"path": "lib/other.py", "old": "x = <num>", "new": "x = <num>"}
     assert best.confidence == pytest.approx((4 + 1) / (4 + 4))
     assert (best.count, best.used_count) == (4, 0)
     assert best.pattern == '{"path":"<path>"}'
     assert check(config.db_path) == []
 
 
+@pytest.mark.remote_too
 def test_suggests_git_diff_after_git_status(client: MemoryClient) -> None:
     record_sessions(client)
     [after_status] = client.suggest_next_tools("terminal", {"command": "git status"})
@@ -54,6 +58,7 @@ def test_suggests_git_diff_after_git_status(client: MemoryClient) -> None:
     assert after_tests.args["command"].startswith("git commit -m ")
 
 
+@pytest.mark.remote_too
 def test_unknown_arguments_fall_back_to_the_tool(client: MemoryClient) -> None:
     record_sessions(client)
     # Never seen with these arguments: the tool-level macro answers (terminal → terminal
@@ -87,6 +92,7 @@ def test_threshold_and_limit_come_from_the_config(config: Config, writer: Any) -
         assert suggested(client, "terminal", {}) == [("terminal", ANY_ARGS)]
 
 
+@pytest.mark.remote_too
 def test_one_accident_is_not_a_suggestion(client: MemoryClient) -> None:
     client.record_tool_call("s", "grep", {"pattern": "TODO"})
     client.record_tool_call("s", "open_browser", {})
@@ -94,6 +100,7 @@ def test_one_accident_is_not_a_suggestion(client: MemoryClient) -> None:
     assert client.suggest_next_tools("grep", {"pattern": "TODO"}) == []  # 0.4 < 0.5
 
 
+@pytest.mark.remote_too
 def test_use_macro_counts(client: MemoryClient) -> None:
     record_sessions(client)
     [suggestion] = client.suggest_next_tools("read_file", {"path": "a.py"})
@@ -161,3 +168,59 @@ def test_bad_arguments(idle_client: MemoryClient, method: str, args: tuple[Any, 
 def test_bad_macro_settings(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         MacrosConfig(**settings)
+
+
+TOKEN = "Bearer sk-live-7fQ2mZ9xKp4LwR8vT1nY"
+"""What the outside probe recorded in one session and was then suggested in all of them."""
+
+
+def macro_tables_text(client: MemoryClient) -> str:
+    with client.readers.connection() as conn:
+        rows = [conn.execute(f"SELECT * FROM {table}").fetchall()
+                for table in ("macros", "macro_next_args", "macro_last_calls")]
+    return repr(rows)
+
+
+def test_a_token_recorded_by_one_session_is_suggested_to_no_other(
+    client: MemoryClient, config: Config
+) -> None:
+    for n in range(4):  # enough for the transition to be suggested
+        client.record_tool_call(f"victim-{n}", "login", {"user": "ann"})
+        client.record_tool_call(f"victim-{n}", "http_get", {
+            "url": "https://api.example.org/me", "headers": {"Authorization": TOKEN}})
+    client.flush()
+    [suggestion] = client.suggest_next_tools("login", {"user": "mallory"})
+    assert suggestion.tool == "http_get"
+    assert suggestion.args == {"url": "<url>", "headers": {"Authorization": "<secret>"}}
+    # Not suggested, and not kept either: the client never sent it.
+    with client.readers.connection() as conn:
+        payloads = " ".join(p for (p,) in conn.execute("SELECT payload FROM events"))
+    assert "sk-live" not in payloads
+    assert "sk-live" not in macro_tables_text(client)
+    assert check(config.db_path) == []
+
+
+def test_a_token_sent_around_the_client_is_not_kept_in_a_macro(
+    client: MemoryClient, config: Config
+) -> None:
+    def observed(session: str, tool: str, args: dict[str, Any]) -> bytes:
+        return orjson.dumps({"id": uuid7(), "type": "macro.observed", "v": 1,
+                             "session_id": session, "created_at": now_rfc3339(),
+                             "payload": {"tool": tool, "args": args}})
+
+    entries = [observed(f"raw-{n}", tool, args) for n in range(4) for tool, args in (
+        ("login", {"password": "hunter2-hunter2"}),
+        ("http_get", {"headers": {"Authorization": TOKEN}, "q": f"curl -u ann:{TOKEN[7:]}"}))]
+    for raw in entries:
+        client.redis.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
+    wait_committed(client.redis)
+    # The shared, learned rows never hold the values. (Each session's own last call stays
+    # in macro_last_calls, as in the log, for its references; it goes with the session.)
+    with client.readers.connection() as conn:
+        shared = repr(conn.execute("SELECT * FROM macros").fetchall()
+                      + conn.execute("SELECT * FROM macro_next_args").fetchall())
+    assert "<secret>" in shared
+    for secret in ("hunter2", "sk-live", TOKEN[7:]):
+        assert secret not in shared
+    [suggestion] = client.suggest_next_tools("login", {"password": "mine"})
+    assert suggestion.args["headers"] == {"Authorization": "<secret>"}

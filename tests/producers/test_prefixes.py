@@ -7,20 +7,20 @@ from typing import Any
 import pytest
 import redis
 
-from memq import names
+from memq import MemoryClient, names
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config, TerminalConfig, from_mapping
 from memq.errors import ConfigError, NotFound, ValidationError
 from memq.events import Event, EventType, encode
-from producers import MemoryClient
-from producers.prefixes import AllowedPrefix
-from store import schema
-from store.connection import open_connection
-from store.rebuild import check
+from memq.producers.prefixes import AllowedPrefix
+from memq.store import schema
+from memq.store.connection import open_connection
+from memq.store.rebuild import check
 
 pytestmark = pytest.mark.redis
 
 
+@pytest.mark.remote_too
 def test_allow_and_revoke(client: MemoryClient, config: Config) -> None:
     assert not client.is_command_allowed("git status")
     assert client.allow_prefix("git   status") == "git status"
@@ -36,6 +36,7 @@ def test_allow_and_revoke(client: MemoryClient, config: Config) -> None:
     assert check(config.db_path) == []
 
 
+@pytest.mark.remote_too
 def test_word_boundaries(client: MemoryClient) -> None:
     client.allow_prefix("ls")
     client.flush()
@@ -66,7 +67,8 @@ def test_own_writes_are_visible_before_the_writer_commits(config: Config) -> Non
         with client.batched():
             client.allow_prefix("make lint")
             assert client.is_command_allowed("make lint")  # also while still buffered
-    assert redis.Redis.from_url(config.redis_url).xlen(names.INBOX_STREAM) == 3
+        stream = client.outbox.stream
+    assert redis.Redis.from_url(config.redis_url).xlen(stream) == 3
 
 
 def test_pending_overlay_never_outlives_a_later_revocation(config: Config, writer: Any) -> None:
@@ -103,6 +105,7 @@ def test_trusted_commands_skip_the_check(idle_client: MemoryClient) -> None:
     assert not idle_client.is_command_allowed("rm -rf build && make", trusted=False)
 
 
+@pytest.mark.remote_too
 def test_revoking_what_is_not_allowed_is_an_error(client: MemoryClient) -> None:
     client.allow_prefix("git status")
     client.flush()
@@ -114,15 +117,17 @@ def test_revoking_what_is_not_allowed_is_an_error(client: MemoryClient) -> None:
 def test_writer_refuses_a_bad_approval(client: MemoryClient, config: Config) -> None:
     raw = encode(Event(id=uuid7(), type=EventType.PREFIX_ALLOWED, session_id=None,
                        created_at=now_rfc3339(), payload={"prefix": "ls; rm -rf /"}))
-    redis.Redis.from_url(config.redis_url).xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
+    redis.Redis.from_url(config.redis_url).xadd(names.ADMIN_INBOX_STREAM,
+                                                {names.EVENT_FIELD: raw})
     client.allow_prefix("cat")
     client.flush()
     with client.readers.connection() as conn:
         [(reason,)] = conn.execute("SELECT reason FROM rejected_events").fetchall()
-    assert reason == "prefix.allowed: prefix contains a shell metacharacter ';'"
+    assert reason == "prefix.allowed: payload.prefix contains a shell metacharacter ';'"
     assert [p.prefix for p in client.allowed_prefixes()] == ["cat"]
 
 
+@pytest.mark.remote_too
 def test_allowing_twice_keeps_the_first_approval(client: MemoryClient) -> None:
     client.allow_prefix("cat")
     client.flush()

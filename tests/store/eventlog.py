@@ -12,9 +12,10 @@ from memq import names
 from memq.clock import uuid7
 from memq.config import Config
 from memq.events import Event, encode
-from store import batch, rebuild, schema
-from store.connection import open_connection
-from store.writer import BatchResult, Writer
+from memq.store import rebuild, schema
+from memq.store.connection import open_connection
+from memq.store.write import batch
+from memq.store.write.writer import BatchResult, Writer
 
 _stream_ids = itertools.count(1)
 BASE_TIME = "2026-03-01T09:00:00.000000Z"
@@ -32,11 +33,14 @@ class EventLog:
         schema.migrate(self.conn)
         self.writer = Writer(Config(db_path=self.path), self.conn, None)  # type: ignore[arg-type]
 
-    def send(self, *events: Event | bytes) -> BatchResult:
+    def send(self, *events: Event | bytes, stream: str = names.ADMIN_INBOX_STREAM
+             ) -> BatchResult:
+        """Apply ``events`` as one batch, as if they came on ``stream`` (admin's: anything)."""
         raws = [e if isinstance(e, bytes) else encode(e) for e in events]
-        entries = [(f"{next(_stream_ids)}-0".encode(), {names.EVENT_FIELD: raw}) for raw in raws]
-        decoded = batch.decode_entries(entries, self.writer.config.limits)  # type: ignore[arg-type]
-        return self.writer.apply_batch(decoded, entries[-1][0].decode())
+        entries = [batch.Entry(stream, f"{next(_stream_ids)}-0".encode(),
+                               {names.EVENT_FIELD: raw}) for raw in raws]
+        decoded = batch.decode_entries(entries, self.writer.config.limits)
+        return self.writer.apply_batch(decoded, entries[-1].id.decode())
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in self.conn.execute(sql, params)]

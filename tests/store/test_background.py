@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from store.background import Background
+from memq.store.write.background import Background
 
 
 @pytest.fixture

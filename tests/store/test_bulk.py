@@ -8,9 +8,10 @@ import apsw
 import orjson
 import pytest
 
+from memq import MemoryClient
 from memq.config import Config
-from producers import MemoryClient
-from store import bulk, rebuild
+from memq.store import rebuild
+from memq.store.write import bulk
 
 HOSTILE_TEXTS = [
     "", " ", "plain", 'quote " and backslash \\ and slash /', "tab\tnew\nline\rreturn",

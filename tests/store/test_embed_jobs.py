@@ -18,19 +18,20 @@ import redis
 from rq import Queue
 from rq.job import Job
 
-from memq import names
+from memq import MemoryClient, names
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config, EmbedConfig
 from memq.errors import ConfigError
 from memq.events import Event, EventType, encode
-from producers import MemoryClient
-from store import batch, embed_backlog, embed_jobs, schema, vectors
-from store.connection import open_connection
-from store.embed_backlog import EmbedBacklog, Snapshot
-from store.embed_jobs import EMBED_FUNCTION
-from store.service import open_writer
-from store.writer import Writer
-from workers.queues import allowed_functions
+from memq.jobs import JOB_FUNCTIONS
+from memq.store import schema, vectors
+from memq.store.connection import open_connection
+from memq.store.dispatch import embed_backlog, embed_jobs
+from memq.store.dispatch.embed_backlog import EmbedBacklog, Snapshot
+from memq.store.dispatch.embed_jobs import EMBED_FUNCTION
+from memq.store.write import batch
+from memq.store.write.service import open_writer
+from memq.store.write.writer import Writer
 
 pytestmark = pytest.mark.redis
 
@@ -94,7 +95,7 @@ def test_job_ids_are_deterministic() -> None:
 
 
 def test_the_job_function_is_the_registered_worker_function() -> None:
-    assert EMBED_FUNCTION in allowed_functions()
+    assert EMBED_FUNCTION in JOB_FUNCTIONS
 
 
 # -- after commit ---------------------------------------------------------------------
@@ -229,7 +230,7 @@ def test_reconcile_waits_for_results_still_in_the_inbox(
     drain(stepped)
     # A worker finished the job and sent its result, which the writer has not applied yet.
     Queue(names.QUEUE_EMBED, connection=broker).empty()
-    broker.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: encode(embedded(mid))})
+    broker.xadd(names.WORKER_INBOX_STREAM, {names.EVENT_FIELD: encode(embedded(mid))})
     backlog = backlog_of(stepped)
     backlog.reconcile()
     assert backlog.pending is not None  # the snapshot waits for the inbox
@@ -279,7 +280,7 @@ def failed(mid: str, model: str = MODEL) -> Event:
 def send(config: Config, *events: Event) -> None:
     broker = redis.Redis.from_url(config.redis_url)
     for event in events:
-        broker.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: encode(event)})
+        broker.xadd(names.ADMIN_INBOX_STREAM, {names.EVENT_FIELD: encode(event)})
 
 
 def read(config: Config) -> apsw.Connection:

@@ -11,8 +11,9 @@ import pytest
 from memq.config import RetrievalConfig, from_mapping
 from memq.errors import ConfigError
 from memq.events import EventType
-from store.fact_reads import fact_history, list_facts
-from store.fact_search import relevant_facts, words
+from memq.store.read import facts as fact_reads
+from memq.store.read.fact_search import relevant_facts, words
+from memq.store.read.facts import Fact, fact_history, list_facts
 from tests.store.eventlog import EventLog, at, event
 
 
@@ -24,20 +25,25 @@ def log(tmp_path: Path) -> Iterator[EventLog]:
 
 
 def set_fact(category: str, key: str, value: str, source: str = "agent", *, minute: int = 0,
-             force: bool | None = None):
-    payload = {"category": category, "key": key, "value": value, "source": source}
+             force: bool | None = None, user: str | None = None):
+    payload: dict[str, object] = {"category": category, "key": key, "value": value,
+                                  "source": source}
     if force is not None:
         payload["force"] = force
+    if user is not None:
+        payload["user_id"] = user
     return event(EventType.FACT_SET, payload, created_at=at(minute))
 
 
 def delete_fact(category: str, key: str, source: str | None = "agent", *, minute: int = 0,
-                force: bool | None = None):
+                force: bool | None = None, user: str | None = None):
     payload: dict[str, object] = {"category": category, "key": key}
     if source is not None:
         payload["source"] = source
     if force is not None:
         payload["force"] = force
+    if user is not None:
+        payload["user_id"] = user
     return event(EventType.FACT_DELETED, payload, created_at=at(minute))
 
 
@@ -262,12 +268,66 @@ def test_fact_events_stay_small_json(log: EventLog) -> None:
     assert payload == {"category": "c", "key": "k", "value": "v", "source": "agent", "force": True}
 
 
-def test_history_seeks_the_fact_history_index(log: EventLog) -> None:
+@pytest.mark.parametrize("user", [None, "u1"])
+def test_history_seeks_the_fact_history_index(log: EventLog, user: str | None) -> None:
     log.send(set_fact("prefs", "editor", "vim"))
     plan = " ".join(str(row[-1]) for row in log.reader().execute(
-        "EXPLAIN QUERY PLAN SELECT seq FROM events WHERE type IN ('fact.set', 'fact.deleted')"
-        " AND json_extract(payload, '$.category') = ? AND json_extract(payload, '$.key') = ?"
-        " ORDER BY seq", ("prefs", "editor")))
+        f"EXPLAIN QUERY PLAN {fact_reads.HISTORY}", (user, "prefs", "editor")))
     assert "USING INDEX events_fact_history" in plan
+    assert "TEMP B-TREE" not in plan
     assert EventType.FACT_SET.value == "fact.set"  # the index's WHERE names these types
     assert EventType.FACT_DELETED.value == "fact.deleted"
+
+
+def values(facts: list[Fact]) -> list[tuple[str | None, str]]:
+    return [(f.user_id, f.value) for f in facts]
+
+
+def test_each_user_has_its_own_value_of_a_key(log: EventLog) -> None:
+    log.send(set_fact("prefs", "editor", "vim"), set_fact("prefs", "editor", "nano", user="u1"),
+             set_fact("prefs", "editor", "emacs", user="u2"),
+             set_fact("prefs", "editor", "ed", user="u1", minute=2))
+    conn = log.reader()
+    assert values(list_facts(conn)) == [(None, "vim")]
+    assert values(list_facts(conn, user_id="u1")) == [(None, "vim"), ("u1", "ed")]
+    assert values(list_facts(conn, "prefs", "u2")) == [(None, "vim"), ("u2", "emacs")]
+    assert values(list_facts(conn, user_id="u3")) == [(None, "vim")]
+    log.assert_rebuild_equal()
+
+
+def test_the_user_guard_holds_per_user(log: EventLog) -> None:
+    log.send(set_fact("prefs", "lang", "pt", "user", user="u1"),
+             set_fact("prefs", "lang", "en", user="u2"))
+    log.send(set_fact("prefs", "lang", "fr", user="u1"), set_fact("prefs", "lang", "de", user="u2"))
+    log.send(delete_fact("prefs", "lang", user="u1"))  # an agent's: the user's value stays
+    assert values(list_facts(log.reader(), user_id="u1")) == [("u1", "pt")]
+    assert values(list_facts(log.reader(), user_id="u2")) == [("u2", "de")]
+    log.send(delete_fact("prefs", "lang", user="u2"))
+    assert list_facts(log.reader(), user_id="u2") == []
+    assert [(c.value, c.applied) for c in fact_history(log.reader(), "prefs", "lang", "u1")] \
+        == [("pt", True), ("fr", False), (None, False)]
+    assert [c.value for c in fact_history(log.reader(), "prefs", "lang")] == []
+    log.assert_rebuild_equal()
+
+
+def test_relevant_facts_never_include_another_users(log: EventLog) -> None:
+    log.send(set_fact("health", "allergy", "peanuts", user="u1"),
+             set_fact("health", "allergy", "shellfish", user="u2"),
+             set_fact("office", "allergy policy", "no nuts in the kitchen"))
+    found = {m.fact.value for m in relevant_facts(log.reader(), "any allergy?", 5, "u1")}
+    assert found == {"peanuts", "no nuts in the kitchen"}
+    found = {m.fact.value for m in relevant_facts(log.reader(), "any allergy?", 5)}
+    assert found == {"no nuts in the kitchen"}
+
+
+@pytest.mark.parametrize("bad", ["", "a\x00b", "a\nb", "x" * 201])
+def test_a_bad_user_id_on_a_fact_is_set_aside(log: EventLog, bad: str) -> None:
+    assert log.send(set_fact("c", "k", "v", user=bad)).rejected == 1
+    assert log.send(delete_fact("c", "k", user=bad)).rejected == 1
+    assert log.rows("SELECT count(*) FROM facts") == [(0,)]
+
+
+def test_listing_a_users_facts_seeks_the_unique_index(log: EventLog) -> None:
+    plan = " ".join(str(row[-1]) for row in log.reader().execute(
+        f"EXPLAIN QUERY PLAN SELECT id FROM facts WHERE {fact_reads.VISIBLE_TO}", {"user": "u"}))
+    assert "SEARCH facts USING COVERING INDEX facts_by_key" in plan

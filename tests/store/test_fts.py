@@ -13,13 +13,15 @@ import pytest
 
 from memq.clock import uuid7
 from memq.events import EventType
-from store import lexical, rebuild, schema
-from store.connection import open_connection
-from store.effects import Effects
-from store.log import append_event
-from store.projections import apply_event
+from memq.store import lexical, rebuild, schema
+from memq.store.connection import open_connection
+from memq.store.effects import Effects
+from memq.store.projections import apply_event
+from memq.store.read import lexical as lexical_query
+from memq.store.read.scope import Scope
+from memq.store.write.log import append_event
 from tests.store.eventlog import EventLog, at, event
-from tests.store.test_legacy import make_legacy
+from tests.store.test_legacy import make_seed
 
 
 @pytest.fixture
@@ -49,11 +51,12 @@ def record(log: EventLog, *texts: str, session: str = "s1") -> list[str]:
 
 
 def search(log: EventLog, query: str, session: str = "s1", limit: int = 10) -> list[str]:
-    return [mid for mid, _ in lexical.search(log.conn, session, query, limit)]
+    return [mid for mid, _ in lexical_query.search(log.conn, Scope(session), query, limit)]
 
 
 def indexed(conn: apsw.Connection) -> int:
-    return int(conn.execute("SELECT count(*) FROM messages_fts").fetchone()[0])
+    # Rows of the index itself: counting messages_fts would read its content, messages.
+    return int(conn.execute("SELECT count(*) FROM messages_fts_docsize").fetchone()[0])
 
 
 def test_batch_of_appends_is_searchable_and_ranked(log: EventLog) -> None:
@@ -67,7 +70,8 @@ def test_batch_of_appends_is_searchable_and_ranked(log: EventLog) -> None:
 
 def test_scores_are_positive_and_best_first(log: EventLog) -> None:
     record(log, "tokyo flight", "tokyo tokyo flight booked for tokyo", *FILLER)
-    scores = [score for _, score in lexical.search(log.conn, "s1", "tokyo flight", 10)]
+    found = lexical_query.search(log.conn, Scope("s1"), "tokyo flight", 10)
+    scores = [score for _, score in found]
     assert len(scores) == 2
     assert scores[0] > scores[1] > 0
 
@@ -123,20 +127,20 @@ def test_query_syntax_is_never_interpreted(log: EventLog, query: str) -> None:
 
 def test_query_without_words_matches_nothing(log: EventLog) -> None:
     record(log, "anything at all")
-    assert lexical.match_expression("s1", '"" *** ()') is None
+    assert lexical_query.match_expression(Scope("s1"), '"" *** ()') is None
     assert search(log, "?!  ...") == []
 
 
 def test_function_words_are_dropped_unless_nothing_else_is_left(log: EventLog) -> None:
     ids = record(log, "who are you", "the train leaves at noon")
-    assert lexical.terms("When does the train leave?") == ["train", "leave"]
+    assert lexical_query.terms("When does the train leave?") == ["train", "leave"]
     assert search(log, "Who are you?") == [ids[0]]
 
 
 def test_long_query_searches_its_first_words(log: EventLog) -> None:
     ids = record(log, "word1 is here")
     query = " ".join(f"word{i}" for i in range(1, 500))
-    assert len(lexical.terms(query)) == lexical.MAX_TERMS
+    assert len(lexical_query.terms(query)) == lexical_query.MAX_TERMS
     assert search(log, query) == ids
 
 
@@ -176,9 +180,9 @@ def test_rebuild_gives_the_same_search_results(log: EventLog) -> None:
     record(log, "a story about a red kite", "red shoes for the wedding", "kites fly in wind")
     record(log, "red wine", session="s2")
     queries = ["red kite", "wedding shoes", "wind", "red"]
-    before = {q: lexical.search(log.conn, "s1", q, 10) for q in queries}
+    before = {q: lexical_query.search(log.conn, Scope("s1"), q, 10) for q in queries}
     log.assert_rebuild_equal()  # the projections, row by row; rebuilt in place
-    after = {q: lexical.search(log.conn, "s1", q, 10) for q in queries}
+    after = {q: lexical_query.search(log.conn, Scope("s1"), q, 10) for q in queries}
     assert after == before
     assert indexed(log.conn) == 4
 
@@ -196,27 +200,25 @@ def test_rebuild_repairs_a_damaged_index(log: EventLog) -> None:
 def test_migration_indexes_existing_rows_as_the_appliers_would(tmp_path: Path) -> None:
     path = tmp_path / "older.db"
     conn = open_connection(path)
-    conn.execute("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
-    for migration in schema.MIGRATIONS:
-        if migration.name < "0007":
-            schema._apply_one(conn, migration)
+    schema.migrate(conn, through="0006_embedding_backlog_index")
     for seq, session in enumerate(SESSIONS, 1):
         conn.execute("INSERT INTO messages (id, session_id, role, content, created_at, seq)"
                      " VALUES (?, ?, 'user', 'an old turn about herons', ?, ?)",
                      (f"m{seq}", session, at(0), seq))
-    assert schema.migrate(conn) == [m.name for m in schema.MIGRATIONS if m.name >= "0007"]
+    assert sorted(schema.migrate(conn)) == [m.name for m in schema.MIGRATIONS if m.name >= "0007"]
     for seq, session in enumerate(SESSIONS, 1):
-        assert [mid for mid, _ in lexical.search(conn, session, "herons", 5)] == [f"m{seq}"]
+        found = lexical_query.search(conn, Scope(session), "herons", 5)
+        assert [mid for mid, _ in found] == [f"m{seq}"]
     assert stored_tokens(conn) == sorted(lexical.session_token(s).lower() for s in SESSIONS)
     conn.close()
 
 
 def test_upgraded_legacy_database_is_searchable(tmp_path: Path) -> None:
     path = tmp_path / "legacy.db"
-    make_legacy(path)
+    make_seed(path)
     conn = open_connection(path)
     schema.migrate(conn)
-    assert [mid for mid, _ in lexical.search(conn, "s1", "calling tool", 5)] == ["a2"]
+    assert [mid for mid, _ in lexical_query.search(conn, Scope("s1"), "calling tool", 5)] == ["a2"]
     conn.close()
 
 
@@ -226,3 +228,61 @@ def test_one_message_per_event_is_enforced(log: EventLog) -> None:
     with pytest.raises(apsw.ConstraintError):
         log.conn.execute("INSERT INTO messages (id, session_id, role, content, created_at, seq)"
                          " VALUES ('dup', 's1', 'user', 'same seq', ?, ?)", (at(1), seq))
+
+
+SECRET = "qzvsecretword"
+
+
+@pytest.mark.parametrize("share", [1.0, 0.0], ids=["in place", "by merging the index"])
+def test_unindexing_leaves_none_of_the_words_in_the_file(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch, share: float) -> None:
+    monkeypatch.setattr(lexical, "IN_PLACE_SHARE", share)
+    for batch in range(3):  # several segments, as a long-lived index has
+        record(log, *[f"turn {batch}-{i} about the weekly sync" for i in range(40)],
+               session=f"other{batch}")
+    record(log, f"the {SECRET} is in here", f"and {SECRET} again", session="doomed")
+    before = b"".join(r[0] for r in log.rows("SELECT block FROM messages_fts_data") if r[0])
+    assert SECRET.encode() in before  # what the test looks for is there to find
+    record(log, "the last turn of another conversation", session="other9")
+    seqs = [r[0] for r in log.rows("SELECT seq FROM messages WHERE session_id = 'doomed'")]
+    cur = log.conn.cursor()
+    with log.conn:
+        lexical.unindex(cur, seqs)
+        cur.execute("DELETE FROM messages WHERE session_id = 'doomed'")
+    # The word is the index's only one in q, so it is stored whole (not prefix-compressed);
+    # the event log still holds the text: forgetting tombstones it (test_forgetting.py).
+    blocks = b"".join(r[0] for r in log.rows("SELECT block FROM messages_fts_data") if r[0])
+    assert SECRET.encode() not in blocks
+    assert search(log, SECRET, session="doomed") == []
+    assert len(search(log, "weekly sync", session="other1")) == 10
+    assert lexical.check(cur) is None
+
+
+def test_the_index_agrees_with_the_messages_it_reads_back(log: EventLog) -> None:
+    # index() makes the scope tokens in Python; the view messages_fts_source in SQL. FTS5
+    # deletes a row's words by tokenizing what the view gives, so they must be equal.
+    sessions = ["s1", "séance-ü", "会话/7", "Mixed.Case:9", "x" * 200]
+    for i, session in enumerate(sessions):
+        payload = {"message_id": uuid7(), "role": "user", "content": f"turn {i} ünïcode",
+                   "importance": 0.5, "user_id": f"用户-{i}", "agent_id": f"agent é{i}"}
+        assert log.send(event(EventType.MESSAGE_APPENDED, payload, session=session)).rejected == 0
+    record(log, "a turn without a user or an agent")
+    assert lexical.check(log.conn.cursor()) is None
+    log.conn.execute("UPDATE messages SET agent_id = 'someone else' WHERE session_id = 's1'"
+                     " AND agent_id IS NOT NULL")
+    assert lexical.check(log.conn.cursor()) is not None  # the check does see a difference
+
+
+def test_an_index_of_the_earlier_kind_is_refilled_from_the_messages(tmp_path: Path) -> None:
+    conn = open_connection(tmp_path / "memq.db")
+    schema.migrate(conn, through="0020_events_erased_by")  # the contentless index
+    conn.execute("""INSERT INTO messages (id, session_id, role, content, created_at, seq,
+                        user_id) VALUES ('m1', 's1', 'user', 'otters hold hands', ?, 1, 'u1')""",
+                 (at(0),))
+    conn.execute("INSERT INTO messages_fts (rowid, content, session, user) VALUES (?, ?, ?, ?)",
+                 (1, "otters hold hands", lexical.session_token("s1"), lexical.user_token("u1")))
+    assert schema.migrate(conn, through="0021_fts_external_content") == [
+        "0021_fts_external_content"]
+    assert lexical.check(conn.cursor()) is None
+    assert [mid for mid, _ in lexical_query.search(conn, Scope("s1"), "otter", 5)] == ["m1"]
+    conn.close()

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import threading
 
+from memq import names
 from memq.config import Config
-from store.batch import Decoded
-from store.inbox import Prefetched, Prefetcher
+from memq.store.write.batch import Decoded, Entry
+from memq.store.write.inbox import Prefetched, Prefetcher
 
 
 def batch(*ids: str) -> Prefetched:
-    entries = [(i.encode(), {}) for i in ids]
-    decoded = [Decoded(i, b"", None, None, "test") for i in ids]
-    return entries, decoded  # type: ignore[return-value]
+    entries = [Entry(names.INBOX_STREAM, i.encode(), {}) for i in ids]
+    decoded = [Decoded(names.INBOX_STREAM, i, b"", None, None, "test") for i in ids]
+    return entries, decoded
 
 
 def prefetcher() -> Prefetcher:
@@ -24,7 +25,7 @@ def test_batches_waiting_behind_are_joined_in_order() -> None:
     for item in (batch("1-0", "2-0"), batch("3-0"), batch("4-0", "5-0")):
         ahead.ready.put(item)
     entries, decoded = ahead.get(timeout=0.1) or ([], [])
-    assert [e[0] for e in entries] == [b"1-0", b"2-0", b"3-0", b"4-0", b"5-0"]
+    assert [e.id for e in entries] == [b"1-0", b"2-0", b"3-0", b"4-0", b"5-0"]
     assert [d.stream_id for d in decoded] == ["1-0", "2-0", "3-0", "4-0", "5-0"]
     assert ahead.get(timeout=0.01) is None
 
@@ -33,7 +34,7 @@ def test_a_batch_alone_is_not_held_back() -> None:
     ahead = prefetcher()
     ahead.ready.put(batch("1-0"))
     entries, _ = ahead.get(timeout=0.1) or ([], [])
-    assert [e[0] for e in entries] == [b"1-0"]
+    assert [e.id for e in entries] == [b"1-0"]
 
 
 def test_at_most_ahead_batches_are_joined() -> None:

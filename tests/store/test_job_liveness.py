@@ -13,8 +13,8 @@ from rq.job import Job
 from rq.worker import SimpleWorker
 
 from memq.config import Config
-from store import job_liveness
-from store.job_liveness import JobInfo, Liveness, Run
+from memq.store.dispatch import job_liveness
+from memq.store.dispatch.job_liveness import JobInfo, Liveness, Run
 
 BORN = "2026-01-01T00:00:00.000000Z"
 

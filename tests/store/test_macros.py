@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from memq.events import EventType
+from memq.store import schema
+from memq.store.projections.macros import MAX_TEMPLATES, forget_session
 from memq.toolcalls import ANY_ARGS, args_pattern, confidence
-from store.projections.macros import MAX_TEMPLATES, forget_session
 from tests.store.eventlog import EventLog, at, event
 
 
@@ -102,7 +103,12 @@ def test_git_status_then_diff_with_the_most_frequent_arguments(learned: EventLog
     # Each session runs git status twice: once before git diff, once before the commit.
     assert (status["transitions"], status["trigger"]) == (12, 12)
     assert status["confidence"] == pytest.approx(13 / 16)
-    assert status["next_args"] == {"command": "git diff"}  # 6 times, each commit message once
+    # git diff 6 times; the commits 6 times too, as one template: a message is a value, so
+    # a template keeps its shape only. On a tie the latest wins (the commits came last).
+    assert status["next_args"] == {"command": "git commit -am <str>"}
+    counts = dict(learned.rows("SELECT template, count FROM macro_next_args WHERE macro_id = ?",
+                               status["id"]))
+    assert counts == {'{"command":"git diff"}': 6, '{"command":"git commit -am <str>"}': 6}
     diff = macro(learned, "terminal", pattern(command="git diff"), "read_file")
     assert diff["confidence"] == pytest.approx(7 / 10)
     tests = macro(learned, "terminal", pattern(command="pytest a/b.py -q"), "terminal")
@@ -146,9 +152,9 @@ def test_next_args_templates_are_bounded(log: EventLog) -> None:
 
 
 def test_ties_between_templates_go_to_the_latest(log: EventLog) -> None:
-    log.send(call("s", "a", {}), call("s", "b", {"n": 1}), call("s", "a", {}),
-             call("s", "b", {"n": 2}))
-    assert macro(log, "a", "{}", "b")["next_args"] == {"n": 2}
+    log.send(call("s", "a", {}), call("s", "b", {"mode": "r"}), call("s", "a", {}),
+             call("s", "b", {"mode": "w"}))
+    assert macro(log, "a", "{}", "b")["next_args"] == {"mode": "w"}
 
 
 def test_macro_used_counts_uses(learned: EventLog) -> None:
@@ -232,3 +238,26 @@ def test_forgetting_a_session_drops_its_last_call(log: EventLog) -> None:
     assert log.rows("SELECT session_id FROM macro_last_calls") == [("s2",)]
     log.send(call("s1", "b", {}))  # a fresh start: no transition from the forgotten call
     assert log.rows("SELECT count(*) FROM macros")[0][0] == 0
+
+
+def test_an_upgrade_relearns_macros_without_the_values_they_kept(log: EventLog) -> None:
+    """Rows learned by the old rule kept literal values (a token too); the migration
+    relearns the macro tables from the log, so they hold none and match a rebuild."""
+    token = "Bearer 7fQ2mZ9xKp4LwR8vT1nY"
+    log.send(call("s", "login", {"user": "ann"}, 1),
+             call("s", "http_get", {"headers": {"Authorization": token}, "n": 7}, 2),
+             call("t", "login", {"user": "bob"}, 3), call("t", "http_get", {"n": 8}, 4))
+    row = macro(log, "login", ANY_ARGS, "http_get")
+    old = orjson.dumps({"headers": {"Authorization": token}, "n": 7}).decode()
+    log.conn.execute("UPDATE macros SET next_args = ?", (old,))  # as the old rule stored it
+    log.conn.execute("UPDATE macro_next_args SET template = ? WHERE macro_id = ? "
+                     "AND template LIKE '%<secret>%'", (old, row["id"]))
+    log.conn.execute("DELETE FROM schema_migrations WHERE name = '0012_macros_without_literals'")
+    before = log.dump()
+    assert "7fQ2mZ9x" in repr(before["macros"])
+
+    assert schema.migrate(log.conn) == ["0012_macros_without_literals"]
+    after = log.dump()
+    assert "7fQ2mZ9x" not in repr(after["macros"]) + repr(after["macro_next_args"])
+    assert macro(log, "login", ANY_ARGS, "http_get")["id"] == row["id"]
+    log.assert_rebuild_equal()

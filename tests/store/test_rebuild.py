@@ -7,10 +7,11 @@ import subprocess
 import apsw
 import pytest
 
+from memq import MemoryClient
 from memq.config import Config
-from producers import MemoryClient
-from store import rebuild
-from tests.conftest import ROOT, WriterThread, memq_command
+from memq.store import rebuild
+from memq.testing import WriterThread
+from tests.conftest import ROOT, memq_command
 
 pytestmark = pytest.mark.redis
 
@@ -50,7 +51,7 @@ def test_rebuild_repairs_and_refuses_while_writer_runs(
     done = subprocess.run(memq_command("rebuild", "--db", config.db_path),
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 1
-    assert "another writer" in done.stderr
+    assert "stop the writer first, then rebuild" in done.stderr
     writer.stop()
     assert rebuild.rebuild(config.db_path) == 30
     assert rebuild.check(config.db_path) == []

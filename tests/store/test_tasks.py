@@ -19,10 +19,11 @@ from memq.clock import now_utc, to_rfc3339
 from memq.config import Config, SchedulerConfig, WriterConfig
 from memq.errors import ConfigError
 from memq.events import EventType
-from store import rebuild
-from store.config_tasks import config_task_id, sync_config_tasks
-from store.service import open_writer
-from store.writer import Writer
+from memq.jobs import JSONJob
+from memq.store import rebuild
+from memq.store.write.config_tasks import config_task_id, sync_config_tasks
+from memq.store.write.service import open_writer
+from memq.store.write.writer import Writer
 from tests.scheduled import (
     SCHEDULED_JOBS,
     event,
@@ -32,7 +33,6 @@ from tests.scheduled import (
     scheduled_jobs,
     task_payload,
 )
-from workers.queues import JSONJob
 
 pytestmark = pytest.mark.redis
 
@@ -220,7 +220,7 @@ BAD_EVENTS = {
     "oneshot without run_at": (EventType.TASK_SCHEDULED, task_payload(oneshot=True),
                                "a one-shot task needs run_at"),
     "empty name": (EventType.TASK_SCHEDULED, task_payload(name=" "),
-                   "task name must not be empty"),
+                   "payload.name must not be empty"),
     "empty prompt": (EventType.TASK_SCHEDULED, task_payload(prompt=""),
                      "task prompt must not be empty"),
     "bad source": (EventType.TASK_SCHEDULED, task_payload(source="cron"),
@@ -300,7 +300,7 @@ def test_a_new_task_gets_one_json_job_at_its_next_run(store: Writer, broker: red
     job_id, score = only_job(broker, task_id)
     assert (job_id, score) == (names.task_job_id(task_id, slot), slot)
     assert job_data(broker, job_id) == [
-        "workers.tasks.run_task", None, [],
+        "memq.workers.tasks.run_task", None, [],
         {"task": {"task_id": task_id, "name": "t", "prompt": "hi", "trusted": True,
                   "oneshot": False, "paused": False,
                   "scheduled_for": row(store, task_id)["next_run_at"]}},
@@ -338,7 +338,7 @@ def test_pausing_takes_an_already_queued_run_off_the_queue(
     run_scheduler(broker)
     queue_key = f"rq:queue:{names.QUEUE_TASKS}"
     assert broker.lrange(queue_key, 0, -1) == [job_id.encode()]
-    assert job_data(broker, job_id)[0] == "workers.tasks.run_task"  # still JSON once moved
+    assert job_data(broker, job_id)[0] == "memq.workers.tasks.run_task"  # still JSON once moved
     change(store, task_id, now_utc(), paused=True)
     assert broker.lrange(queue_key, 0, -1) == []
     assert not broker.exists(Job.key_for(job_id))
@@ -461,6 +461,11 @@ def test_config_oneshot_is_parsed_once_and_not_re_added_after_firing(
     ({**BACKUP, "schedule": "on March 5 2020 at 3pm"},
      "[[scheduler.tasks]] 'backup': 'on march 5 2020 at 3pm' is in the past"),
     ({**BACKUP, "name": "x" * 201}, "payload.name is 201 characters, over the 200 limit"),
+    # was an OverflowError that stopped the writer at every start
+    ({**BACKUP, "schedule": "in 99999999999999 minutes"},
+     "[[scheduler.tasks]] 'backup': 'in 99999999999999 minutes' is beyond the year 9999"),
+    ({**BACKUP, "schedule": "on 9999-12-31 at 11pm", "tz": "Etc/GMT+12"},
+     "[[scheduler.tasks]] 'backup': 'on 9999-12-31 at 11pm' is beyond the year 9999"),
 ])
 def test_bad_config_task_stops_the_writer_start(
     fast_config: Config, entry: dict[str, Any], message: str

@@ -9,12 +9,13 @@ import numpy as np
 import orjson
 import pytest
 
+from memq import MemoryClient
 from memq.clock import now_rfc3339, uuid7
 from memq.config import DEFAULT_MODEL_NAME, Config
 from memq.events import Event, EventType
-from producers import MemoryClient
-from store.reader import ReadPool
-from store.vector_cache import VectorCache
+from memq.store.read.pool import ReadPool
+from memq.store.read.scope import Scope
+from memq.store.read.vector_cache import VectorCache
 from tests.embedding_events import send_embeddings
 
 pytestmark = pytest.mark.redis
@@ -61,25 +62,25 @@ def test_session_is_loaded_once_then_refreshed_incrementally(
     ids = appended(client, "s1", 6)
     vectors = unit_vectors(6)
     send_embeddings(client, ids[:4], vectors[:4])
-    assert [i for i, _ in cache.search("s1", vectors[2], 0.99, 5)] == [ids[2]]
-    cache.search("s1", vectors[1], 0.99, 5)  # nothing changed: no rows read at all
+    assert [i for i, _ in cache.search(Scope("s1"), vectors[2], 0.99, 5)] == [ids[2]]
+    cache.search(Scope("s1"), vectors[1], 0.99, 5)  # nothing changed: no rows read at all
     send_embeddings(client, ids[4:], vectors[4:])
-    assert [i for i, _ in cache.search("s1", vectors[5], 0.99, 5)] == [ids[5]]
+    assert [i for i, _ in cache.search(Scope("s1"), vectors[5], 0.99, 5)] == [ids[5]]
     assert counter.reads == [4, 2]
-    assert cache.vector_count("s1") == 6
+    assert cache.vector_count(Scope("s1")) == 6
 
 
 def test_other_sessions_never_enter(client: MemoryClient, cache: VectorCache) -> None:
     mine, theirs = appended(client, "s1", 2), appended(client, "s2", 2)
     vectors = unit_vectors(4)
     send_embeddings(client, mine + theirs, vectors)
-    found = cache.search("s1", vectors[2], -1.0, 10)  # s2's own vector as the query
+    found = cache.search(Scope("s1"), vectors[2], -1.0, 10)  # s2's own vector as the query
     assert sorted(i for i, _ in found) == sorted(mine)
-    assert cache.vector_count("s1") == 2
-    cache.refresh("s2")
+    assert cache.vector_count(Scope("s1")) == 2
+    cache.refresh(Scope("s2"))
     send_embeddings(client, appended(client, "s1", 1), unit_vectors(1, seed=9))
-    cache.refresh("s2")  # s1's new embedding is past s2's mark but not s2's
-    assert cache.vector_count("s2") == 2
+    cache.refresh(Scope("s2"))  # s1's new embedding is past s2's mark but not s2's
+    assert cache.vector_count(Scope("s2")) == 2
     assert cache.vector_count() == 4
 
 
@@ -92,7 +93,7 @@ def test_only_the_configured_model_and_dimension_are_used(
     send_embeddings(client, ids[1:2], vectors[1:2], model="another/model")
     small = unit_vectors(1)[:, :16] / np.linalg.norm(unit_vectors(1)[:, :16])
     send_embeddings(client, ids[2:], small.astype(np.float32))  # right name, 16 dims
-    found = cache.search("s1", vectors[1], -1.0, 10)
+    found = cache.search(Scope("s1"), vectors[1], -1.0, 10)
     assert [i for i, _ in found] == [ids[0]]
 
 
@@ -100,14 +101,14 @@ def test_re_embedding_replaces_the_cached_row(client: MemoryClient, cache: Vecto
     ids = appended(client, "s1", 2)
     first, second = unit_vectors(2)
     send_embeddings(client, ids[:1], first[None, :])
-    assert cache.scores("s1", ids, first) == {ids[0]: pytest.approx(1.0, abs=1e-5)}
+    assert cache.scores(Scope("s1"), ids, first) == {ids[0]: pytest.approx(1.0, abs=1e-5)}
     # Another model takes over: its vector is not comparable, so the message leaves.
     send_embeddings(client, ids[:1], second[None, :], model="another/model")
-    assert cache.scores("s1", ids, first) == {}
+    assert cache.scores(Scope("s1"), ids, first) == {}
     # The configured model again, with a new vector: the new row replaces the old.
     send_embeddings(client, ids[:1], second[None, :])
-    assert cache.scores("s1", ids, second) == {ids[0]: pytest.approx(1.0, abs=1e-5)}
-    assert cache.vector_count("s1") == 1
+    assert cache.scores(Scope("s1"), ids, second) == {ids[0]: pytest.approx(1.0, abs=1e-5)}
+    assert cache.vector_count(Scope("s1")) == 1
 
 
 def imported(session: str, message_id: str, embedding: list[float], model: str | None) -> Event:
@@ -128,7 +129,7 @@ def test_legacy_json_embeddings_are_read_and_normalised(
                                 DEFAULT_MODEL_NAME))
     client.outbox.send(imported("s1", "legacy-2", [float(x) for x in vector], None))
     client.flush()
-    found = cache.search("s1", vector, 0.99, 5)
+    found = cache.search(Scope("s1"), vector, 0.99, 5)
     assert [i for i, _ in found] == ["legacy-1"]  # the one without a model is not used
     assert found[0][1] == pytest.approx(1.0, abs=1e-5)
 
@@ -140,17 +141,17 @@ def test_sessions_beyond_the_vector_bound_are_dropped_least_recent_first(
     cache = VectorCache(readers, model_name=DEFAULT_MODEL_NAME, dim=DIM, max_vectors=5)
     for session in ("a", "b", "c"):
         send_embeddings(client, appended(client, session, 2), unit_vectors(2))
-    cache.refresh("a")
-    cache.refresh("b")
-    assert "a" in cache
-    assert "b" in cache
-    cache.refresh("c")  # 6 vectors > 5: a, the least recently used, goes
-    assert "a" not in cache
-    assert "b" in cache
-    assert "c" in cache
-    cache.refresh("a")  # comes back whole when used again
-    assert cache.vector_count("a") == 2
-    assert "b" not in cache
+    cache.refresh(Scope("a"))
+    cache.refresh(Scope("b"))
+    assert Scope("a") in cache
+    assert Scope("b") in cache
+    cache.refresh(Scope("c"))  # 6 vectors > 5: a, the least recently used, goes
+    assert Scope("a") not in cache
+    assert Scope("b") in cache
+    assert Scope("c") in cache
+    cache.refresh(Scope("a"))  # comes back whole when used again
+    assert cache.vector_count(Scope("a")) == 2
+    assert Scope("b") not in cache
     readers.close()
 
 
@@ -158,15 +159,59 @@ def test_discard_and_forget(client: MemoryClient, cache: VectorCache) -> None:
     ids = appended(client, "s1", 2)
     vectors = unit_vectors(2)
     send_embeddings(client, ids, vectors)
-    cache.refresh("s1")
-    cache.discard("s1", ids[:1])
-    assert set(cache.scores("s1", ids, vectors[0])) == {ids[1]}
-    cache.forget("s1")
-    assert "s1" not in cache
-    assert set(cache.scores("s1", ids, vectors[0])) == set(ids)  # reloaded from the database
+    cache.refresh(Scope("s1"))
+    cache.discard(Scope("s1"), ids[:1])
+    assert set(cache.scores(Scope("s1"), ids, vectors[0])) == {ids[1]}
+    cache.forget(Scope("s1"))
+    assert Scope("s1") not in cache
+    assert set(cache.scores(Scope("s1"), ids, vectors[0])) == set(ids)  # reloaded from the database
 
 
 @pytest.mark.parametrize(("dim", "max_vectors"), [(0, 10), (384, 0)])
 def test_bad_bounds_are_refused(config: Config, dim: int, max_vectors: int) -> None:
     with pytest.raises(ValueError, match="must be at least 1"):
         VectorCache(ReadPool(config.db_path), model_name="m", dim=dim, max_vectors=max_vectors)
+
+
+def owned(client: MemoryClient, session: str, n: int, user: str, agent: str | None = None
+          ) -> list[str]:
+    ids = [client.append(session, "user", f"{session} turn {i}", user_id=user, agent_id=agent)
+           for i in range(n)]
+    client.flush()
+    return ids
+
+
+def test_a_users_scope_holds_every_session_of_that_user_only(
+    client: MemoryClient, cache: VectorCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = RowCounter(monkeypatch)
+    a = owned(client, "a", 2, "u1", "support")
+    b = owned(client, "b", 2, "u1", "sales")
+    theirs = owned(client, "c", 2, "u2", "support")
+    vectors = unit_vectors(6)
+    send_embeddings(client, a + b + theirs, vectors)
+    user = Scope("a", "user", "u1")
+    assert sorted(i for i, _ in cache.search(user, vectors[4], -1.0, 10)) == sorted(a + b)
+    agent = Scope("a", "agent", "u1", "support")
+    assert sorted(i for i, _ in cache.search(agent, vectors[2], -1.0, 10)) == sorted(a)
+    assert cache.moments(Scope("c", "user", "u2"), vectors[0]) is not None
+    more = owned(client, "d", 1, "u1")
+    send_embeddings(client, more, unit_vectors(1, seed=3))
+    assert set(cache.scores(Scope("b", "user", "u1"), more + theirs, vectors[0])) == set(more)
+    assert counter.reads == [4, 2, 2, 1]  # each scope loaded once, then only what is new
+    assert cache.vector_count(user) == 5
+
+
+@pytest.mark.parametrize("scope", [Scope("s"), Scope("s", "user", "u"),
+                                   Scope("s", "agent", "u", "a")])
+def test_a_scope_is_loaded_through_its_own_index(config: Config, client: MemoryClient,
+                                                 scope: Scope) -> None:
+    from memq.store.read import vector_cache
+
+    client.append("s", "user", "hello", user_id="u", agent_id="a")
+    client.flush()
+    sql = vector_cache._WHOLE_SCOPE.format(index=scope.index, scope=scope.condition())
+    with client.readers.connection() as conn:
+        plan = " ".join(str(r[-1]) for r in conn.execute(
+            f"EXPLAIN QUERY PLAN {sql}", {**scope.params(), "high": 1}))
+    assert f"USING INDEX {scope.index}" in plan

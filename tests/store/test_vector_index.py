@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from store.vector_index import BLOCK_EDGES, FIT_MIN_ROWS, VectorIndex
+from memq.store.read.vector_index import BLOCK_EDGES, FIT_MIN_ROWS, VectorIndex
 
 DIM = 384
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -12,15 +13,15 @@ import orjson
 import pytest
 import redis
 
-from memq import names
+from memq import MemoryClient, names
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config, WriterConfig
-from memq.errors import WriterAlreadyRunning
+from memq.errors import WriterAlreadyRunning, WriterFailed
 from memq.events import Event, EventType, encode
-from producers import MemoryClient
-from store import rebuild
-from store.writer import Writer
-from tests.conftest import ROOT, WriterThread, memq_command, start_writer_process
+from memq.store import rebuild
+from memq.store.write.writer import Writer
+from memq.testing import WriterThread
+from tests.conftest import ROOT, memq_command, start_writer_process
 
 pytestmark = pytest.mark.redis
 
@@ -41,10 +42,11 @@ def message_event(session: str = "s1", content: str = "hi") -> Event:
     )
 
 
-def push(config: Config, *raws: bytes) -> None:
+def push(config: Config, *raws: bytes, stream: str = names.ADMIN_INBOX_STREAM) -> None:
+    """Raw entries on ``stream``: the admin's by default, where any type is allowed."""
     client = redis.Redis.from_url(config.redis_url)
     for raw in raws:
-        client.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw})
+        client.xadd(stream, {names.EVENT_FIELD: raw})
 
 
 def test_appends_are_committed_and_acknowledged(client: MemoryClient, config: Config) -> None:
@@ -53,7 +55,7 @@ def test_appends_are_committed_and_acknowledged(client: MemoryClient, config: Co
     assert count(config, "SELECT count(*) FROM messages") == 50
     assert count(config, "SELECT count(*) FROM events") == 50
     assert [m.id for m in client.history("s1", 100)] == ids
-    assert client.redis.xlen(names.INBOX_STREAM) == 0  # acknowledged entries are deleted
+    assert client.redis.xlen(client.outbox.stream) == 0  # acknowledged entries are deleted
 
 
 def test_redelivered_event_is_a_no_op(client: MemoryClient, config: Config) -> None:
@@ -136,8 +138,9 @@ def test_rejected_event_can_be_replayed(client: MemoryClient, config: Config) ->
     client.append("s1", "user", "x")
     client.flush()
     conn = redis.Redis.from_url(config.redis_url)
-    # Replaying a valid raw entry (as an operator would after fixing it) marks the row.
-    conn.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: ok, names.REPLAY_FIELD: b"1"})
+    # Replaying a valid raw entry (as an operator would after fixing it) marks the row; the
+    # replay comes on the stream the rejected entry came from.
+    conn.xadd(names.ADMIN_INBOX_STREAM, {names.EVENT_FIELD: ok, names.REPLAY_FIELD: b"1"})
     client.append("s1", "user", "y")
     client.flush()
     row = db(config).execute("SELECT replayed_at FROM rejected_events WHERE id = 1").fetchone()
@@ -155,6 +158,88 @@ def test_duplicate_message_id_under_new_event_is_rejected(
     client.flush()
     reasons = [r[0] for r in db(config).execute("SELECT reason FROM rejected_events")]
     assert reasons == [f"message {first.payload['message_id']} already exists"]
+
+
+def test_a_huge_entry_is_set_aside_cut_and_its_neighbours_commit(
+    client: MemoryClient, config: Config
+) -> None:
+    huge = b'{"id": "' + b"x" * (20 * 1024 * 1024) + b'"}'  # 20 MB: 20 times the limit
+    push(config, huge)
+    client.append("s1", "user", "after")
+    client.flush()
+    [(raw, reason)] = db(config).execute("SELECT raw, reason FROM rejected_events").fetchall()
+    limit = config.limits.max_payload_bytes
+    assert len(raw) == 2 * limit
+    assert bytes(raw) == huge[: 2 * limit]
+    assert reason == (f"event is {len(huge)} bytes, over the {limit} limit "
+                      f"(only its first {2 * limit} bytes are kept)")
+    assert count(config, "SELECT count(*) FROM messages") == 1
+
+
+def test_an_event_id_reused_with_other_content_is_rejected_not_dropped(
+    client: MemoryClient, config: Config
+) -> None:
+    first = message_event(content="first")
+    same = encode(first)
+    other = encode(Event(**{**message_event(content="other").__dict__, "id": first.id}))
+    later = encode(Event(**{**message_event(content="later").__dict__, "id": first.id}))
+    push(config, encode(first), other, same)  # one batch: the fast path finds the clash
+    client.flush()
+    push(config, later, same)  # a later batch: the clash is with the log
+    client.append("s1", "user", "marker")
+    client.flush()
+    rows = db(config).execute("SELECT raw, reason FROM rejected_events ORDER BY id").fetchall()
+    reason = f"event id {first.id} is already in the log with different content"
+    assert [(bytes(raw), why.split(";")[0]) for raw, why in rows] == [
+        (other, reason), (later, reason)]
+    contents = [c for (c,) in db(config).execute("SELECT content FROM messages ORDER BY seq")]
+    assert contents == ["first", "marker"]  # a redelivery of the same event is a no-op
+
+
+def test_a_dead_inbox_reader_stops_the_writer_and_its_heartbeat(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memq.store.write.inbox import Inbox
+    from memq.store.write.service import open_writer
+
+    reads = 0
+
+    def read_new(self: Inbox) -> list[object]:
+        nonlocal reads
+        reads += 1
+        if reads > 3:  # a bug the reader does not expect, after a heartbeat was written
+            raise RuntimeError("boom")
+        time.sleep(0.05)
+        return []
+
+    monkeypatch.setattr(Inbox, "read_new", read_new)
+    broker = redis.Redis.from_url(config.redis_url)
+    writer = open_writer(config, broker)
+    try:
+        with pytest.raises(WriterFailed, match=r"inbox reader died \(RuntimeError: boom\)"):
+            writer.run(threading.Event())
+    finally:
+        writer.close()
+    assert reads == 4
+    assert broker.get(names.WRITER_HEARTBEAT_KEY) is None  # status sees it down at once
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # on purpose
+def test_a_dead_follow_up_thread_stops_the_writer(config: Config) -> None:
+    from memq.store.write.service import open_writer
+
+    def die() -> None:
+        raise SystemExit("a follow-up that kills its thread")
+
+    broker = redis.Redis.from_url(config.redis_url)
+    writer = open_writer(config, broker)
+    writer.background.submit(die)
+    try:
+        with pytest.raises(WriterFailed, match="its follow-up thread died"):
+            writer.run(threading.Event())
+    finally:
+        writer.close()
+    assert broker.get(names.WRITER_HEARTBEAT_KEY) is None
 
 
 def test_second_writer_refuses_to_start(writer: WriterThread, config: Config) -> None:
@@ -265,3 +350,42 @@ def test_entries_delivered_without_a_reply_are_read_again_after_a_broken_connect
         assert count(config, "SELECT count(*) FROM messages") == 7
     finally:
         running.stop()
+
+
+def test_redis_flushed_between_group_creation_and_the_pending_drain(config: Config) -> None:
+    """FLUSHALL right after the writer made its consumer group: the first read of pending
+    entries answers NOGROUP. The writer claims the keyspace again, re-creates its group and
+    goes on; it used to retry that read for ever and commit nothing."""
+    from memq.store.write.service import open_writer
+
+    broker = redis.Redis.from_url(config.redis_url)
+    writer = open_writer(config, redis.Redis.from_url(config.redis_url))
+    made = writer.inbox.ensure_group
+
+    def made_then_flushed() -> None:
+        made()
+        if not flushed.is_set():
+            broker.flushall()
+            flushed.set()
+
+    flushed = threading.Event()
+    writer.inbox.ensure_group = made_then_flushed  # type: ignore[method-assign]
+    stop = threading.Event()
+    thread = threading.Thread(target=writer.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        # An append sent before the FLUSHALL would be wiped with everything else.
+        assert flushed.wait(30)
+        with MemoryClient(config=config) as client:
+            client.append("after-flush", "user", "still committed")
+            client.flush(20)
+            assert [m.content for m in client.history("after-flush")] == ["still committed"]
+        assert flushed.is_set()
+        assert broker.exists(names.DATABASE_KEY)  # claimed again, not only at the next beat
+        for stream in names.INBOX_STREAMS:
+            groups = broker.xinfo_groups(stream)
+            assert [g["name"] for g in groups] == [names.WRITER_GROUP.encode()]
+    finally:
+        stop.set()
+        thread.join(30)
+        writer.close()

@@ -4,23 +4,18 @@ worker in the test process, and waiting for the writer to catch up with the inbo
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
-import redis
 
-from memq import names
-from memq.broker import stream_position
+from memq import MemoryClient, names
 from memq.config import Config
-from producers import MemoryClient
-from store.consolidation_jobs import wait_planned
-from workers import context
-from workers.consolidate import request_event
-from workers.queues import worker
+from memq.store.dispatch.consolidation_jobs import wait_planned
+from memq.testing import run_queued_jobs
+from memq.workers.consolidate import request_event
 
 OLD = datetime.now(UTC) - timedelta(days=3)
 
@@ -98,24 +93,7 @@ class ChatServer:
 
 def run_burst_worker(config: Config, logging_level: str = "INFO") -> None:
     """Run every queued consolidate job in this process, then wait for the writer."""
-    connection = redis.Redis.from_url(config.redis_url)
-    context.install(context.WorkerContext(config, connection))
-    worker([names.QUEUE_CONSOLIDATE], connection).work(
-        burst=True, with_scheduler=False, logging_level=logging_level)
-    wait_committed(connection)
-
-
-def wait_committed(connection: redis.Redis, timeout: float = 10.0) -> None:
-    """Return once the writer has committed every entry sent to the inbox so far."""
-    last = connection.xinfo_stream(names.INBOX_STREAM)["last-generated-id"]
-    target = stream_position(last)
-    deadline = time.monotonic() + timeout
-    while True:
-        committed = connection.get(names.COMMITTED_KEY)
-        if committed is not None and stream_position(committed) >= target:
-            return
-        assert time.monotonic() < deadline, "the writer did not catch up with the inbox"
-        time.sleep(0.01)
+    run_queued_jobs(config, names.QUEUE_CONSOLIDATE, logging_level=logging_level)
 
 
 def request_pass(client: MemoryClient, **kwargs: Any) -> dict[str, int]:
@@ -126,10 +104,10 @@ def request_pass(client: MemoryClient, **kwargs: Any) -> dict[str, int]:
 
 
 def append_turns(client: MemoryClient, session: str, texts: list[str],
-                 start: datetime = OLD) -> list[str]:
+                 start: datetime = OLD, user_id: str | None = None) -> list[str]:
     ids = [
         client.append(session, "user" if i % 2 == 0 else "assistant", text,
-                      created_at=start + timedelta(minutes=i))
+                      created_at=start + timedelta(minutes=i), user_id=user_id)
         for i, text in enumerate(texts)
     ]
     client.flush()

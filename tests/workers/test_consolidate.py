@@ -16,12 +16,17 @@ import redis
 from rq.registry import StartedJobRegistry
 from rq_scheduler import Scheduler
 
-from memq import names
+from memq import MemoryClient, names
 from memq.cli import main
 from memq.config import Config, ConsolidationConfig, LLMConfig
 from memq.errors import ValidationError
-from producers import MemoryClient
-from store import rebuild
+from memq.jobs import JSONJob, queue
+from memq.store import rebuild
+from memq.testing import wait_committed
+from memq.workers import consolidate as consolidate_module
+from memq.workers import context
+from memq.workers.queues import worker
+from memq.workers.scheduler import JSONScheduler
 from tests.conftest import ROOT, memq_command
 from tests.workers.helpers import (
     ChatServer,
@@ -29,12 +34,7 @@ from tests.workers.helpers import (
     completion,
     request_pass,
     run_burst_worker,
-    wait_committed,
 )
-from workers import consolidate as consolidate_module
-from workers import context
-from workers.queues import JSONJob, queue, worker
-from workers.scheduler import JSONScheduler
 
 pytestmark = pytest.mark.redis
 
@@ -160,7 +160,7 @@ def test_the_periodic_job_requests_a_pass_through_rq_scheduler(
     assert consolidate_module.register_periodic(scheduler, config) is False  # idempotent
     job = JSONJob.fetch(consolidate_module.PERIODIC_JOB_ID, connection=client.redis)
     assert job.meta["interval"] == 6 * 3600
-    assert job.func_name == "workers.consolidate.request_pass"
+    assert job.func_name == "memq.workers.consolidate.request_pass"
 
     scheduler.enqueue_jobs()  # what the scheduler loop does when the job is due
     connection = redis.Redis.from_url(config.redis_url)
@@ -168,7 +168,7 @@ def test_the_periodic_job_requests_a_pass_through_rq_scheduler(
     [pass_job] = queue(names.QUEUE_CONSOLIDATE, connection).jobs
     worker([names.QUEUE_CONSOLIDATE], connection).work(burst=True, with_scheduler=False)
     event_id = JSONJob.fetch(pass_job.id, connection=connection).return_value()["event_id"]
-    from store.consolidation_jobs import wait_planned
+    from memq.store.dispatch.consolidation_jobs import wait_planned
 
     assert wait_planned(connection, event_id, 10) == {"chunks": 1, "enqueued": 1}
     assert pass_job.id in scheduler  # rescheduled for the next interval
@@ -215,7 +215,7 @@ def test_consolidate_now_from_the_command_line(
     ("argv", "message"),
     [
         (["consolidate"], "the following arguments are required: --now"),
-        (["consolidate", "--now", "--min-age-hours", "-1"], "hours must be from 0"),
+        (["consolidate", "--now", "--min-age-hours", "-1"], "a number of hours is from 0 to"),
         (["consolidate", "--now", "--min-age-hours", "soon"], "not a number of hours"),
     ],
 )

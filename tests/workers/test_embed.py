@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import apsw
@@ -24,15 +24,17 @@ from rq import Queue
 from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-from memq import names
+from memq import MemoryClient, names
+from memq.broker import caught_up, committed_marks, inbox_marks
 from memq.config import Config, EmbedConfig
 from memq.embedding import Embedder
-from producers import MemoryClient
-from store import embed_jobs
-from store.embed_backlog import committed, inbox_mark
-from tests.conftest import MODEL_DIR, ROOT, WriterThread, memq_command
-from workers import context, embed
-from workers.queues import queue, worker
+from memq.errors import ModelError
+from memq.jobs import queue
+from memq.store.dispatch import embed_jobs
+from memq.testing import WriterThread
+from memq.workers import context, embed
+from memq.workers.queues import worker
+from tests.conftest import MODEL_DIR, ROOT, memq_command
 
 pytestmark = [pytest.mark.redis, pytest.mark.model]
 
@@ -56,8 +58,9 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) 
 
 def wait_for_writer(broker: redis.Redis) -> None:
     """Until the writer has committed everything sent to the inbox so far."""
-    mark = inbox_mark(broker)
-    wait_until(lambda: committed(broker) >= mark, "the writer to apply the results")
+    marks = inbox_marks(broker)
+    wait_until(lambda: caught_up(committed_marks(broker), marks),
+               "the writer to apply the results")
 
 
 def rows(config: Config) -> dict[str, tuple]:
@@ -143,6 +146,31 @@ def test_a_real_worker_process_embeds(
     assert_embedded(config, ids, fresh)
 
 
+def test_a_worker_elsewhere_needs_only_redis_and_the_model_files(
+    client: MemoryClient, config: Config, broker: redis.Redis, fresh: Embedder, tmp_path: Path
+) -> None:
+    # Another host: no database, no memq.toml, no data directory; a long tool output among
+    # the chat turns gets one vector, of its first 256 tokens.
+    tool_output = "\n".join(f"2025-03-01T10:{i:02d}:00Z INFO [billing.invoices] batch {i} "
+                            f"committed request_id={i * 7919:08x}" for i in range(60))
+    ids = [client.append("s3", "tool" if text == tool_output else "user", text)
+           for text in [*TEXTS, tool_output]]
+    client.flush()
+    wait_until(lambda: jobs_cover(broker, ids), "the writer to enqueue embed jobs")
+    host = tmp_path / "host"
+    host.mkdir()
+    env = {k: v for k, v in _env().items() if k not in ("MEMQ_DB", "MEMQ_CONFIG")}
+    done = subprocess.run(
+        memq_command("worker", "embed", "--burst", "--redis-url", config.redis_url,
+                     "--db", str(host / "nowhere" / "memq.db")),
+        cwd=host, env=env, capture_output=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    wait_for_writer(broker)
+    assert_embedded(config, ids, fresh)
+    assert list(host.iterdir()) == []  # it wrote nothing where it ran
+
+
 def test_blank_messages_are_not_embedded_and_get_no_error(
     client: MemoryClient, config: Config, broker: redis.Redis
 ) -> None:
@@ -160,11 +188,11 @@ def test_blank_messages_are_not_embedded_and_get_no_error(
 
 def test_the_worker_skips_blank_content_itself(config: Config, broker: redis.Redis) -> None:
     context.install(context.WorkerContext(config, broker))
-    before = inbox_mark(broker)
+    before = inbox_marks(broker)
     counts = embed.embed_messages(config.embed.model_name,
                                   [{"message_id": "m1", "content": " \n "}])
     assert counts == {"embedded": 0, "failed": 0, "skipped": 1}
-    assert inbox_mark(broker) == before  # nothing was sent
+    assert inbox_marks(broker) == before  # nothing was sent
 
 
 # -- failures -----------------------------------------------------------------------------
@@ -204,6 +232,47 @@ def test_a_worker_that_cannot_embed_retries_then_records_the_error(
     assert embed_jobs.in_flight(broker, config.embed.model_name) == set()
 
 
+class RefusingEmbedder(Embedder):
+    """The real model, except for one text it cannot take.
+
+    The one stand-in in this file, at the model boundary: no real text makes this model
+    fail here (the tokenizer truncates and accepts any valid text), yet a model that
+    chokes on one input is what the worker's one-by-one fallback exists for.
+    """
+
+    REFUSED = "a turn the model cannot take"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.REFUSED in texts:
+            raise ModelError("the model rejected this input")
+        return super().embed(texts)
+
+
+def test_one_message_the_model_cannot_take_does_not_fail_its_batch(
+    client: MemoryClient, config: Config, broker: redis.Redis, fresh: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = [*TEXTS[:2], RefusingEmbedder.REFUSED, *TEXTS[2:4]]
+    with client.batched():
+        ids = [client.append("s1", "user", text) for text in texts]
+    client.flush()
+    wait_until(lambda: jobs_cover(broker, ids), "the writer to enqueue embed jobs")
+    # The writer may read the five entries in two reads (and enqueue two jobs) when the
+    # machine is loaded; the point here is one job holding all five, so make it so.
+    pending = Queue(names.QUEUE_EMBED, connection=broker)
+    pending.empty()
+    assert embed_jobs.enqueue(broker, config.embed.model_name,
+                              list(zip(ids, texts, strict=True)), 64) == 1
+    embed_config = dataclasses.replace(config.embed, max_retries=1, retry_backoff_s=0.01)
+    monkeypatch.setattr(embed, "_embedder", RefusingEmbedder(embed_config))
+    run_burst_worker(config.replace(embed=embed_config))
+    wait_for_writer(broker)
+    refused = ids.pop(2)
+    assert_embedded(config, ids, fresh)  # the other four got their real vectors
+    _, blob, _, _, error = rows(config)[refused]
+    assert (blob, error) == (None, "ModelError: the model rejected this input")
+
+
 def test_a_job_naming_another_model_fails_without_marking_the_messages(
     config: Config, broker: redis.Redis
 ) -> None:
@@ -212,10 +281,10 @@ def test_a_job_naming_another_model_fails_without_marking_the_messages(
     failed = FailedJobRegistry(names.QUEUE_EMBED, connection=broker)
     [jid] = failed.get_job_ids()
     assert "job asks for model 'other/model'" in failure(broker, jid)
-    assert broker.xlen(names.INBOX_STREAM) == 0
+    assert sum(broker.xlen(stream) for stream in names.INBOX_STREAMS) == 0
 
 
-@pytest.mark.parametrize("func", ["os.getcwd", "workers.embed.embedder"])
+@pytest.mark.parametrize("func", ["os.getcwd", "memq.workers.embed.embedder"])
 def test_a_job_naming_a_function_outside_memq_jobs_is_refused(
     config: Config, broker: redis.Redis, func: str
 ) -> None:

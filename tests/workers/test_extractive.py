@@ -15,11 +15,11 @@ import pytest
 from memq.clock import to_rfc3339
 from memq.config import EmbedConfig
 from memq.errors import SummariserError
+from memq.workers.extractive import ExtractiveSummariser
+from memq.workers.keyterms import key_terms, split_sentences
+from memq.workers.summarise import ChunkMessage, check, header
 from tests.conftest import LOCOMO as DEFAULT_LOCOMO
 from tests.conftest import MODEL_DIR
-from workers.extractive import ExtractiveSummariser
-from workers.keyterms import key_terms, split_sentences
-from workers.summarise import ChunkMessage, check, header
 
 LOCOMO = Path(os.environ.get("MEMQ_LOCOMO", DEFAULT_LOCOMO))
 """The development conversations: read in place, never copied into the repository."""

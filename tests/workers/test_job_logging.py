@@ -8,14 +8,18 @@ import pytest
 import redis
 
 from memq import names
-from workers.queues import job_function, queue, worker
+from memq.jobs import JOB_FUNCTIONS, JSONJob, queue
+from memq.workers.queues import worker
 
 pytestmark = pytest.mark.redis
 
 
-@job_function
 def add(a: int, b: int) -> int:
     return a + b
+
+
+class AddingJob(JSONJob):
+    allowed = JOB_FUNCTIONS | {f"{__name__}.add"}
 
 
 def ended(caplog) -> list[dict]:
@@ -28,7 +32,7 @@ def test_a_finished_and_a_failed_job_each_log_one_line(redis_url: str, caplog) -
     q.enqueue(add, kwargs={"a": 1, "b": 2}, job_id="adds")
     q.enqueue("os.getcwd", job_id="refused")
     with caplog.at_level(logging.INFO, logger="memq.jobs"):
-        worker([names.QUEUE_TASKS], connection).work(burst=True)
+        worker([names.QUEUE_TASKS], connection, job_class=AddingJob).work(burst=True)
     lines = {fields["job_id"]: fields for fields in ended(caplog)}
     assert set(lines) == {"adds", "refused"}
     assert lines["adds"]["outcome"] == "finished"

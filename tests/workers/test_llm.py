@@ -10,11 +10,14 @@ import apsw
 import orjson
 import pytest
 
-from memq import names
+from memq import MemoryClient, names
 from memq.config import Config, ConsolidationConfig, EmbedConfig, LLMConfig
 from memq.errors import ConfigError, SummariserError
-from producers import MemoryClient
-from store import rebuild
+from memq.jobs import JSONJob, queue
+from memq.store import rebuild
+from memq.workers.consolidate import summariser_for
+from memq.workers.llm import LLMSummariser
+from memq.workers.summarise import ChunkMessage
 from tests.workers.helpers import (
     ChatServer,
     append_turns,
@@ -22,9 +25,6 @@ from tests.workers.helpers import (
     request_pass,
     run_burst_worker,
 )
-from workers.llm import LLMSummariser
-from workers.queues import JSONJob
-from workers.summarise import ChunkMessage, summariser_for
 
 TURNS = [
     "I moved to Lisbon in March 2021 and I work at Feedzai as a data engineer.",
@@ -199,6 +199,28 @@ def test_llm_summary_and_facts_reach_the_database(
     wait_for_facts(client, 2)
     assert {(f.category, f.key, f.value, f.source) for f in client.facts()} == {
         ("person", "city", "Lisbon", "agent"), ("hobby", "instrument", "cello", "agent")}
+
+
+@pytest.mark.redis
+def test_proposed_facts_belong_to_the_sessions_user(
+    server: ChatServer, client: MemoryClient, config: Config
+) -> None:
+    config = llm_config(config, server)
+    server.reply = lambda body: completion(GOOD)
+    append_turns(client, "s", TURNS, user_id="alice")
+    assert request_pass(client) == {"chunks": 1, "enqueued": 1}
+    [job] = queue(names.QUEUE_CONSOLIDATE, client.redis).get_jobs()
+    assert job.kwargs["user_id"] == "alice"
+    assert job.meta == {"session_id": "s", "message_ids": [m["id"] for m in
+                                                           job.kwargs["messages"]]}
+    run_burst_worker(config)
+    for _ in range(200):
+        if client.facts(user_id="alice"):
+            break
+        time.sleep(0.05)
+    assert {(f.user_id, f.value) for f in client.facts(user_id="alice")} == {
+        ("alice", "Lisbon"), ("alice", "cello")}
+    assert client.facts() == []  # not global: another user never sees them
 
 
 @pytest.mark.redis

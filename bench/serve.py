@@ -1,0 +1,273 @@
+"""What the HTTP API costs: ``memq serve`` against the in-process client, in one run.
+
+    .venv/bin/python bench/serve.py [--sessions 200] [--turns 30] [--threads 16]
+                                    [--contexts 25] [--appends 150] [--batches 12]
+
+A private Redis with memq's ACL users, a database of ``--sessions`` agent sessions of
+``--turns`` turns (a third of them tool outputs of 2-8 KB; every turn has a vector), a
+real ``memq writer`` and a real ``memq serve`` (each its own process, as deployed). Then
+``--threads`` concurrent callers, first in this process on ``MemoryClient`` (agent
+credentials), then over loopback HTTP on ``RemoteMemoryClient`` (agent token), alternately
+twice so that drift in the machine's load hits both sides:
+
+- ``get_context``: a random session with a query never asked before (so the query is
+  embedded on both sides: the model runs in the caller's process, or in the server's);
+  p50 / p95 per call. In process the threads share one client, as the server's requests
+  share its one client per role.
+- ``append``: each caller appends ``--appends`` turns one call at a time (its own client),
+  then flushes; appends/s is turns over the time until every call returned.
+- ``append_many``: each caller sends ``--batches`` batches of 100 turns.
+
+Goals (issue 15): remote get_context p95 <= 2x in-process; >= 5,000 appends/s batched
+over HTTP. The embedding model runs on one thread on both sides (``[embed] threads``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import SAMPLE_TEXTS, chat_text, free_port, percentile, private_redis, scratch_dir
+from bench.freshness import apply, turn
+from memq import MemoryClient, RemoteMemoryClient, acl
+from memq.authority import Role
+from memq.clock import now_rfc3339, uuid7
+from memq.config import DEFAULT_MODEL_NAME, Config, EmbedConfig
+from memq.errors import MemqError
+from memq.events import Event, EventType
+from memq.store.vectors import to_b64
+from memq.store.write.writer import Writer
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_DIR = Path(os.environ.get("MEMQ_EMBED_MODEL_DIR", ROOT / "models" / "all-MiniLM-L6-v2"))
+BATCH = 100
+Client = MemoryClient | RemoteMemoryClient
+
+
+def build(config: Config, sessions: list[str], turns: int) -> int:
+    """The database, through the writer's own batch application (Redis is not involved);
+    each turn gets a random unit vector (the search costs what it costs with real ones)."""
+    rng = random.Random(7)
+    vectors = np.random.default_rng(7)
+    writer = Writer.open(config, None)  # type: ignore[arg-type]  # Redis is never used
+    try:
+        for chunk in _chunks((turn(s, i, rng) for i in range(turns) for s in sessions), 500):
+            apply(writer, chunk)
+            apply(writer, [_embedded(e.payload["message_id"], vectors) for e in chunk])
+    finally:
+        writer.close()
+    return len(sessions) * turns
+
+
+def _chunks(events: Iterator[Event], size: int) -> Iterator[list[Event]]:
+    while chunk := list(itertools.islice(events, size)):
+        yield chunk
+
+
+def _embedded(message_id: str, vectors: np.random.Generator) -> Event:
+    vector = vectors.standard_normal(384).astype(np.float32)
+    vector /= np.linalg.norm(vector)
+    return Event(uuid7(), EventType.MESSAGE_EMBEDDED, None, now_rfc3339(), {
+        "message_id": message_id, "model": DEFAULT_MODEL_NAME, "dim": 384,
+        "vector_b64": to_b64(vector)})
+
+
+@contextmanager
+def process(*args: str, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``memq ARGS`` as its own process, its log in a file (a pipe nobody reads would fill
+    and stop it)."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "memq", *args], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=sink)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            proc.wait(60)
+
+
+def wait_for_server(url: str, token_file: Path, proc: subprocess.Popen[bytes], log: Path
+                    ) -> str:
+    """The agent's token, once the server answers with it."""
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise SystemExit(f"memq serve stopped: {log.read_text()[-2000:]}")
+        try:
+            token = token_file.read_text().strip()
+            with RemoteMemoryClient(url, token=token) as probe:
+                probe.tasks()
+            return token
+        except (OSError, MemqError):
+            time.sleep(0.05)
+    raise SystemExit("memq serve did not answer")
+
+
+def in_threads(count: int, work: Callable[[int], list[float]]) -> tuple[float, list[float]]:
+    """Run ``work(i)`` in ``count`` threads; wall seconds and every sample they return."""
+    results: list[list[float]] = [[] for _ in range(count)]
+    start = threading.Barrier(count + 1)
+
+    def run(i: int) -> None:
+        start.wait()
+        results[i] = work(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    start.wait()
+    began = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - began, [s for r in results for s in r]
+
+
+_queries = itertools.count()
+
+
+def contexts(client: Client, sessions: list[str], calls: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    samples = []
+    for _ in range(calls):
+        query = f"{rng.choice(SAMPLE_TEXTS)} (question {next(_queries)})"  # never cached
+        began = time.perf_counter()
+        client.get_context(rng.choice(sessions), query)
+        samples.append(time.perf_counter() - began)
+    return samples
+
+
+def appends(client: Client, count: int, prefix: str) -> list[float]:
+    for i in range(count):
+        client.append(f"{prefix}-{i % 4}", "user", chat_text(i))
+    return []
+
+
+def batches(client: Client, count: int, prefix: str) -> list[float]:
+    for b in range(count):
+        client.append_many([{"session_id": f"{prefix}-{i % 4}", "role": "user",
+                             "content": chat_text(b * BATCH + i)} for i in range(BATCH)])
+    return []
+
+
+class Sides:
+    """How each side makes a client for a caller: in process (agent credentials) or remote."""
+
+    def __init__(self, config: Config, agent_url: str, url: str, token: str) -> None:
+        self.config = config.replace(redis_url=agent_url)
+        self.url = url
+        self.token = token
+        self.shared = MemoryClient(config=self.config)
+
+    def new(self, side: str) -> Client:
+        if side == "in-process":
+            return MemoryClient(config=self.config)
+        return RemoteMemoryClient(self.url, token=self.token)
+
+    def reader(self, side: str) -> Client:
+        return self.shared if side == "in-process" else RemoteMemoryClient(self.url,
+                                                                          token=self.token)
+
+
+def measure(sides: Sides, args: argparse.Namespace, sessions: list[str]
+            ) -> dict[str, dict[str, list[float]]]:
+    figures: dict[str, dict[str, list[float]]] = {
+        name: {"in-process": [], "remote": []} for name in ("context", "append", "batched")}
+    for round_, side in enumerate(["in-process", "remote", "in-process", "remote"]):
+        readers = [sides.reader(side) for _ in range(args.threads)]
+        _, samples = in_threads(args.threads, lambda i, rs=readers, r=round_: contexts(
+            rs[i], sessions, args.contexts, seed=1000 * r + i))
+        figures["context"][side] += samples
+        for name, work, per in (("append", appends, args.appends),
+                                ("batched", batches, args.batches)):
+            writers = [sides.new(side) for _ in range(args.threads)]
+            seconds, _ = in_threads(args.threads, lambda i, ws=writers, w=work, n=per, r=round_,
+                                    k=name: w(ws[i], n, f"{k}-{r}-{i}"))
+            total = args.threads * per * (BATCH if name == "batched" else 1)
+            figures[name][side].append(total / seconds)
+            for client in writers:
+                client.flush(60)
+                client.close()
+        for reader in readers:
+            if reader is not sides.shared:
+                reader.close()
+    return figures
+
+
+def report(figures: dict[str, dict[str, list[float]]], threads: int) -> None:
+    ms = {side: [v * 1000 for v in values] for side, values in figures["context"].items()}
+    p = {side: (percentile(v, 50), percentile(v, 95)) for side, v in ms.items()}
+    print(f"get_context with a query, {threads} threads ({len(ms['remote'])} calls a side)")
+    for side in ("in-process", "remote"):
+        print(f"  {side:<11} p50 {p[side][0]:7.2f} ms  p95 {p[side][1]:7.2f} ms")
+    print(f"  remote / in-process: p50 x{p['remote'][0] / p['in-process'][0]:.2f}, "
+          f"p95 x{p['remote'][1] / p['in-process'][1]:.2f} (goal p95 <= x2)")
+    for name, label in (("append", "append, one turn a call"),
+                        ("batched", f"append_many, {BATCH} turns a call")):
+        rates = {side: float(np.median(v)) for side, v in figures[name].items()}
+        print(f"{label}, {threads} callers: in-process {rates['in-process']:,.0f}/s, "
+              f"remote {rates['remote']:,.0f}/s "
+              f"(remote / in-process x{rates['remote'] / rates['in-process']:.2f})")
+    batched = float(np.median(figures["batched"]["remote"]))
+    print(f"appends/s batched over HTTP: {batched:,.0f} (goal >= 5,000)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=30, help="turns per session")
+    parser.add_argument("--threads", type=int, default=16, help="concurrent callers")
+    parser.add_argument("--contexts", type=int, default=25, help="get_context calls a caller")
+    parser.add_argument("--appends", type=int, default=150, help="appends a caller")
+    parser.add_argument("--batches", type=int, default=12, help="batches of 100 a caller")
+    args = parser.parse_args()
+    sessions = [f"agent-{i}" for i in range(args.sessions)]
+    with private_redis() as url, scratch_dir() as tmp:
+        run(url, tmp, sessions, args)
+
+
+def run(url: str, tmp: Path, sessions: list[str], args: argparse.Namespace) -> None:
+    urls = role_urls(url, tmp)
+    config = Config(redis_url=urls[Role.ADMIN], db_path=str(tmp / "memq.db"),
+                    embed=EmbedConfig(model_dir=str(MODEL_DIR)))
+    messages = build(config, sessions, args.turns)
+    print(f"database: {len(sessions):,} sessions x {args.turns} turns ({messages:,} messages,"
+          f" a third tool outputs of 2-8 KB, each with a vector)")
+    env = {**os.environ, "MEMQ_EMBED_MODEL_DIR": str(MODEL_DIR), "MEMQ_CONFIG": ""}
+    port = free_port()
+    serve_log = tmp / "serve.log"
+    with process("writer", "--db", config.db_path, env=env, log=tmp / "writer.log"), \
+            process("serve", "--db", config.db_path, "--port", str(port), env=env,
+                    log=serve_log) as server:
+        server_url = f"http://127.0.0.1:{port}"
+        token = wait_for_server(server_url, tmp / "agent.token", server, serve_log)
+        sides = Sides(config, urls[Role.AGENT], server_url, token)
+        for side in ("in-process", "remote"):  # load the model and the caches on both sides
+            contexts(sides.reader(side), sessions[:4], 3, seed=0)
+        report(measure(sides, args, sessions), args.threads)
+        sides.shared.close()
+
+
+def role_urls(url: str, directory: Path) -> dict[Role, str]:
+    """memq's ACL users in the private Redis, their URL files beside the database."""
+    passwords = acl.new_passwords()
+    acl.set_users(redis.Redis.from_url(url), passwords)
+    urls = {role: acl.role_url(url, role, passwords[role]) for role in Role}
+    acl.write_url_files(directory, urls)
+    return urls
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""``memq mcp``: serve memq's memory tools to MCP clients (``memq[mcp]``).
+
+Over stdio by default (an MCP client starts the command and talks on its standard input
+and output, so nothing else is printed there), or streamable HTTP with ``--http`` on
+``http://HOST:PORT/mcp`` (127.0.0.1 by default). Over HTTP every request carries
+``Authorization: Bearer <token>``, ``agent.token`` or ``admin.token`` beside the database
+(:mod:`memq.tokens`, made when missing, as ``memq serve`` does), and a ``Host`` that names
+the server (the guard of ``memq serve``: a rebound DNS name gets 421). Over stdio the
+parent process's trust is the server's. The tools act with an agent's credentials
+(``agent.url``), never the person's, whichever token was shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from memq.authority import Role
+from memq.cli.common import add_store_options, load_config, port
+from memq.producers.serve.guard import ASGIApp, Receive, Scope, Send
+from memq.tokens import Tokens
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "mcp", help="serve the memory tools (remember, recall, facts, schedule, forget) "
+                    "over MCP: stdio, or streamable HTTP with --http")
+    parser.add_argument("--http", action="store_true",
+                        help="serve streamable HTTP on HOST:PORT/mcp instead of stdio")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address for --http (default 127.0.0.1)")
+    parser.add_argument("--port", type=port, default=8421, help="port for --http (default 8421)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="with --http, also answer to this Host name (as memq serve)")
+    add_store_options(parser)
+    parser.set_defaults(func=run_mcp)
+
+
+def run_mcp(args: argparse.Namespace) -> int:
+    from memq import MemoryClient
+    from memq.errors import ConfigError
+
+    try:
+        from memq.integrations.mcp import build_server, serve
+    except ImportError as exc:
+        raise ConfigError("memq mcp needs the MCP SDK: pip install 'memq[mcp]'") from exc
+    config = load_config(args, role=Role.AGENT)
+    if not args.http:
+        with MemoryClient(config=config) as client:
+            serve("stdio", client=client)
+        return 0
+    directory = Path(config.db_path).resolve().parent
+    directory.mkdir(parents=True, exist_ok=True)
+    tokens = Tokens.in_directory(directory)  # refuses to start when they cannot be made
+    with MemoryClient(config=config) as client:
+        serve_http(build_server(client), tokens, args)
+    return 0
+
+
+def serve_http(server: Any, tokens: Tokens, args: argparse.Namespace) -> None:
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from memq.cli.serve import allowed_hosts
+    from memq.producers.serve.guard import Guard
+
+    # The guard checks Host with memq serve's list; the SDK's own check (loopback names
+    # only, when bound there) would refuse the names --allow-host adds.
+    unchecked = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    mcp_app = server.streamable_http_app(transport_security=unchecked)
+    app = Guard(bearer(mcp_app, tokens), allowed_hosts(args.host, args.allow_host),
+                MAX_BODY_BYTES)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+def bearer(app: ASGIApp, tokens: Tokens) -> ASGIApp:
+    """``app`` behind a bearer token: without one of ``tokens``, a 401 problem."""
+
+    async def checked(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers", ())).get(b"authorization", b"")
+            scheme, _, token = given.decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer" or tokens.role_of(token.strip()) is None:
+                await unauthorized(send)
+                return
+        await app(scope, receive, send)
+
+    return checked
+
+
+async def unauthorized(send: Send) -> None:
+    import orjson
+
+    from memq.problems import MEDIA_TYPE, problem
+
+    body = orjson.dumps(problem("AuthenticationFailed", 401, "a bearer token is needed: "
+                                "agent.token or admin.token, beside the database"))
+    await send({"type": "http.response.start", "status": 401,
+                "headers": [(b"content-type", MEDIA_TYPE.encode()),
+                            (b"www-authenticate", b'Bearer realm="memq"'),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

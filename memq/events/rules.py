@@ -1,0 +1,133 @@
+"""Rules of single payload fields beyond their type and size (``Field.check``).
+
+Each rule returns the problem as a phrase that follows the field's name ("must ...",
+"is ...", "contains ..."), or None. They run before an event is applied, so a value the
+read side could not use (a ``tool_calls_json`` that is not JSON, a cron expression that
+never fires) is refused with its reason instead of being stored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from memq.approvals import normalize_prefix
+from memq.errors import ValidationError
+from memq.events.fields import check_identifier, check_proposed_fact
+from memq.schedule import validate_cron, validate_timezone
+
+MAX_SUMMARY_SOURCES = 1000
+"""Most messages one ``session.consolidated`` event may summarise."""
+
+TASK_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
+"""Task ids become part of RQ job ids and Redis keys, which allow these characters."""
+
+
+def task_id(value: str) -> str | None:
+    if TASK_ID.fullmatch(value):
+        return None
+    return "must be 1-100 letters, digits, '-' or '_'"
+
+
+MAX_NAMESPACE_DEPTH = 20
+"""Most labels a document's namespace may have."""
+
+
+def namespace(value: list[Any]) -> str | None:
+    """A document's namespace: 1 to 20 labels, each an identifier without a '.'."""
+    if not 1 <= len(value) <= MAX_NAMESPACE_DEPTH:
+        return f"must have 1 to {MAX_NAMESPACE_DEPTH} labels, got {len(value)}"
+    for label in value:
+        problem = _identifier_problem(label)
+        if problem is not None:
+            return f"holds a label that {problem}"
+        if "." in label:
+            return f"holds a label with a '.': {label!r:.60}"
+    return None
+
+
+def json_list(value: str) -> str | None:
+    """Text holding a JSON list (``tool_calls_json`` of an imported message)."""
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return "is not valid JSON"
+    if not isinstance(parsed, list):
+        return f"must hold a JSON list, got {type(parsed).__name__}"
+    return None
+
+
+def source_ids(value: list[Any]) -> str | None:
+    return _distinct_ids(value, MAX_SUMMARY_SOURCES, ("message", "messages", "an id"))
+
+
+MAX_RETENTION_SESSIONS = 1000
+"""Sessions one ``retention.applied`` event may expire messages in (a pass sends more)."""
+
+
+def retention_sessions(value: list[Any]) -> str | None:
+    return _distinct_ids(value, MAX_RETENTION_SESSIONS,
+                         ("session", "sessions", "a session id"))
+
+
+def _distinct_ids(value: list[Any], limit: int, names: tuple[str, str, str]) -> str | None:
+    """A non-empty list of at most ``limit`` distinct identifiers; ``names``: what one is,
+    several are, and one id is called, for the problem found."""
+    one, several, an_id = names
+    if not value:
+        return "is empty"
+    if len(value) > limit:
+        return f"lists {len(value)} {several}, over the {limit} limit"
+    for item in value:
+        problem = _identifier_problem(item)
+        if problem is not None:
+            return f"holds {an_id} that {problem}"
+    if len(set(value)) != len(value):
+        return f"lists a {one} twice"
+    return None
+
+
+def proposed_facts(value: list[Any]) -> str | None:
+    for fact in value:
+        try:
+            check_proposed_fact(fact)
+        except ValidationError as exc:
+            return f"holds a bad fact: {exc}"
+    return None
+
+
+def cron(value: str) -> str | None:
+    return _refusal(validate_cron, value)
+
+
+def timezone(value: str) -> str | None:
+    return _refusal(validate_timezone, value)
+
+
+def prefix(value: str) -> str | None:
+    problem = _refusal(normalize_prefix, value)
+    return None if problem is None else problem.replace("is refused: prefix ", "", 1)
+
+
+def revoked_prefix(value: str) -> str | None:
+    """As :func:`prefix`, but an approval stored before RUNNERS existed may be revoked."""
+    problem = _refusal(lambda v: normalize_prefix(v, runners_ok=True), value)
+    return None if problem is None else problem.replace("is refused: prefix ", "", 1)
+
+
+def _refusal(validate: Any, value: str) -> str | None:
+    try:
+        validate(value)
+    except ValidationError as exc:
+        return f"is refused: {exc}"
+    return None
+
+
+def _identifier_problem(value: Any) -> str | None:
+    try:
+        check_identifier("it", value)
+    except ValidationError as exc:
+        return str(exc).removeprefix("it ")
+    return None

@@ -1,0 +1,258 @@
+"""Documents: JSON values kept under a namespace path and a key, the key-value store that
+agent frameworks expect (LangGraph's ``BaseStore`` maps onto it), searchable by meaning.
+
+A document is one user's (``user_id``) or global, as facts are: each read sees one of the
+two, and forgetting the user erases theirs. ``ttl_minutes`` makes a document expire that
+long after it was last put or touched. ``put_document(..., text=...)`` embeds ``text``
+with memq's model in this process and sends the vector with the document, so that
+``search_documents(query=...)`` ranks by cosine similarity; the writer stores both.
+Writes return at once (``flush`` waits for them); reads show what is committed.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memq.clock import now_rfc3339
+from memq.errors import ValidationError
+from memq.events import EventType, check_identifier
+from memq.events.rules import namespace as problem_of
+from memq.events.vocabulary import MAX_TTL_MINUTES
+from memq.printable import shown
+from memq.producers.mixin import ClientBase, SyncClientBase
+from memq.producers.ops import Op, Read, Run
+from memq.store.read import documents as stored
+from memq.store.read.documents import Document
+from memq.store.read.pool import Reader
+
+if TYPE_CHECKING:
+    from memq.producers.context import QueryVectors
+
+
+MAX_DOCUMENTS_PAGE = 10_000
+"""Most documents one search returns."""
+
+_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+
+
+@dataclass(frozen=True)
+class FoundDocument:
+    """A document a search found; ``score`` is its cosine similarity to the query (None
+    without a query, or for a document put without text)."""
+
+    document: Document
+    score: float | None = None
+
+
+class DocumentsOps(ClientBase):
+    """The documents operations (``producers/ops.py``) both clients run."""
+
+    if TYPE_CHECKING:
+        query_vectors: QueryVectors
+
+    def _put_document_op(
+        self, namespace: tuple[str, ...] | list[str], key: str, value: dict[str, Any], *,
+        text: str | None, ttl_minutes: float | None, user_id: str | None,
+    ) -> Op[str]:
+        payload = self._document_names(namespace, key, user_id)
+        if not isinstance(value, dict):
+            raise ValidationError(f"value must be a dict, got {type(value).__name__}")
+        payload["value"] = value
+        if ttl_minutes is not None:
+            if (isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, int | float)
+                    or not 0 <= ttl_minutes <= MAX_TTL_MINUTES):
+                raise ValidationError(f"ttl_minutes must be a number from 0 to "
+                                      f"{MAX_TTL_MINUTES:g}, got {shown(ttl_minutes):.40}")
+            payload["ttl_minutes"] = float(ttl_minutes)
+        if text is not None:
+            if not isinstance(text, str):
+                raise ValidationError(f"text must be a string, got {type(text).__name__}")
+            payload.update((yield Run(self._vector_fields, (text,))))  # the model: CPU-bound
+        return (yield from self._send_op(EventType.DOCUMENT_PUT, payload))
+
+    def _delete_document_op(self, namespace: tuple[str, ...] | list[str], key: str,
+                            user_id: str | None) -> Op[str]:
+        return self._send_op(EventType.DOCUMENT_DELETED,
+                             self._document_names(namespace, key, user_id))
+
+    def _touch_document_op(self, namespace: tuple[str, ...] | list[str], key: str,
+                           user_id: str | None) -> Op[str]:
+        return self._send_op(EventType.DOCUMENT_TOUCHED,
+                             self._document_names(namespace, key, user_id))
+
+    def _document_op(self, namespace: tuple[str, ...] | list[str], key: str,
+                     user_id: str | None) -> Op[Document | None]:
+        names = self._document_names(namespace, key, user_id)
+        found: Document | None = yield Read(_get_document, (tuple(names["namespace"]), key,
+                                                            user_id))
+        return found
+
+    def _search_documents_op(
+        self, prefix: tuple[str, ...] | list[str], query: str | None,
+        filter: dict[str, Any] | None, limit: int, offset: int, user_id: str | None,
+    ) -> Op[list[FoundDocument]]:
+        _check_page(limit, offset)
+        if query is not None and not isinstance(query, str):
+            raise ValidationError(f"query must be a string or None, got {type(query).__name__}")
+        if filter is not None:
+            _check_filter(filter)
+        labels = tuple(_labels(prefix, allow_empty=True))
+        if user_id is not None:
+            check_identifier("user_id", user_id)
+        found: list[Document] = yield Read(_documents_under, (labels, user_id))
+        kept = [d for d in found if filter is None or matches(d.value, filter)]
+        if query is None:
+            return [FoundDocument(d) for d in kept][offset:offset + limit]
+        hits: list[FoundDocument] = yield Run(self._ranked, (kept, query))
+        return hits[offset:offset + limit]
+
+    def _document_namespaces_op(self, user_id: str | None) -> Op[list[tuple[str, ...]]]:
+        if user_id is not None:
+            check_identifier("user_id", user_id)
+        found: list[tuple[str, ...]] = yield Read(_namespaces, (user_id,))
+        return found
+
+    def _ranked(self, documents: list[Document], query: str) -> list[FoundDocument]:
+        model = self.config.embed.model_name
+        scored = [d for d in documents if d.embedding is not None and d.embedding_model == model]
+        rest = [FoundDocument(d) for d in documents if d not in scored]
+        if not scored:
+            return rest
+        matrix = np.stack([np.frombuffer(d.embedding or b"", dtype="<f4") for d in scored])
+        scores = matrix @ self.query_vectors(query)
+        order = np.argsort(-scores, kind="stable")
+        return [FoundDocument(scored[i], float(scores[i])) for i in order] + rest
+
+    def _vector_fields(self, text: str) -> dict[str, Any]:
+        vector = np.asarray(self.query_vectors.embedder.embed([text])[0], dtype="<f4")
+        return {"model": self.config.embed.model_name, "dim": int(vector.shape[0]),
+                "vector_b64": base64.b64encode(vector.tobytes()).decode("ascii")}
+
+    def _document_names(self, namespace: Any, key: Any, user_id: Any) -> dict[str, Any]:
+        names: dict[str, Any] = {"namespace": _labels(namespace),
+                                 "key": check_identifier("key", key)}
+        if user_id is not None:
+            names["user_id"] = check_identifier("user_id", user_id)
+        return names
+
+
+class DocumentsMixin(DocumentsOps, SyncClientBase):
+    def put_document(
+        self, namespace: tuple[str, ...] | list[str], key: str, value: dict[str, Any], *,
+        text: str | None = None, ttl_minutes: float | None = None, user_id: str | None = None,
+    ) -> str:
+        """Set a document (upsert); ``text``: what a search by meaning compares the query
+        with. Returns the event id."""
+        return self._run(self._put_document_op(namespace, key, value, text=text,
+                                               ttl_minutes=ttl_minutes, user_id=user_id))
+
+    def delete_document(self, namespace: tuple[str, ...] | list[str], key: str, *,
+                        user_id: str | None = None) -> str:
+        """Delete a document (nothing happens for one that does not exist)."""
+        return self._run(self._delete_document_op(namespace, key, user_id))
+
+    def touch_document(self, namespace: tuple[str, ...] | list[str], key: str, *,
+                       user_id: str | None = None) -> str:
+        """Restart a document's time to live (nothing for one without)."""
+        return self._run(self._touch_document_op(namespace, key, user_id))
+
+    def document(self, namespace: tuple[str, ...] | list[str], key: str, *,
+                 user_id: str | None = None) -> Document | None:
+        return self._run(self._document_op(namespace, key, user_id))
+
+    def search_documents(
+        self, prefix: tuple[str, ...] | list[str] = (), *, query: str | None = None,
+        filter: dict[str, Any] | None = None, limit: int = 10, offset: int = 0,
+        user_id: str | None = None,
+    ) -> list[FoundDocument]:
+        """Documents under ``prefix`` whose value matches ``filter`` (field: value, or
+        field: {"$eq"/"$ne"/"$gt"/"$gte"/"$lt"/"$lte": value}); with ``query``, the closest
+        in meaning first (then those without a vector), else the newest change first."""
+        return self._run(self._search_documents_op(prefix, query, filter, limit, offset,
+                                                   user_id))
+
+    def document_namespaces(self, *, user_id: str | None = None) -> list[tuple[str, ...]]:
+        """Every namespace that holds a live document, in order."""
+        return self._run(self._document_namespaces_op(user_id))
+
+
+def _get_document(conn: Reader, namespace: tuple[str, ...], key: str, user_id: str | None
+                  ) -> Document | None:
+    return stored.get_document(conn, namespace, key, user_id=user_id, now=now_rfc3339())
+
+
+def _documents_under(conn: Reader, labels: tuple[str, ...], user_id: str | None
+                     ) -> list[Document]:
+    return stored.documents_under(conn, labels, user_id=user_id, now=now_rfc3339())
+
+
+def _namespaces(conn: Reader, user_id: str | None) -> list[tuple[str, ...]]:
+    return stored.namespaces(conn, user_id=user_id, now=now_rfc3339())
+
+
+def _labels(namespace: Any, *, allow_empty: bool = False) -> list[str]:
+    if not isinstance(namespace, tuple | list):
+        raise ValidationError(f"namespace must be a tuple of labels, got "
+                              f"{type(namespace).__name__}")
+    if not namespace and allow_empty:
+        return []
+    labels = list(namespace)
+    problem = problem_of(labels)
+    if problem is not None:
+        raise ValidationError(f"namespace {problem}")
+    return labels
+
+
+def _check_page(limit: Any, offset: Any) -> None:
+    for what, value, low in (("limit", limit, 1), ("offset", offset, 0)):
+        if (not isinstance(value, int) or isinstance(value, bool)
+                or not low <= value <= MAX_DOCUMENTS_PAGE):
+            raise ValidationError(
+                f"{what} must be an integer from {low} to {MAX_DOCUMENTS_PAGE}, got "
+                f"{shown(value):.40}")
+
+
+def _check_filter(condition: Any) -> None:
+    """A filter is a dict; every '$' key in it, however deep, is a known operator (checked
+    before any document is read, so a bad filter fails on an empty store too)."""
+    if not isinstance(condition, dict):
+        raise ValidationError(f"filter must be a dict, got {type(condition).__name__}")
+    for key, value in condition.items():
+        if str(key).startswith("$") and key not in _OPERATORS:
+            raise ValidationError(f"filter operator must be one of {', '.join(_OPERATORS)}, "
+                                  f"got {shown(key):.40}")
+        if isinstance(value, dict):
+            _check_filter(value)
+
+
+def matches(value: Any, condition: Any) -> bool:
+    """Whether a JSON ``value`` matches a filter ``condition``: equal, field by field for a
+    dict, or by the operators of a dict whose keys start with '$'."""
+    if isinstance(condition, dict):
+        if any(str(k).startswith("$") for k in condition):
+            return all(_compare(value, op, operand) for op, operand in condition.items())
+        return isinstance(value, dict) and all(
+            matches(value.get(k), v) for k, v in condition.items())
+    return bool(value == condition)
+
+
+def _compare(value: Any, operator: str, operand: Any) -> bool:
+    if operator not in _OPERATORS:
+        raise ValidationError(f"filter operator must be one of {', '.join(_OPERATORS)}, "
+                              f"got {shown(operator):.40}")
+    if operator == "$eq":
+        return bool(value == operand)
+    if operator == "$ne":
+        return bool(value != operand)
+    if not _number(value) or not _number(operand):
+        return False
+    return bool({"$gt": value > operand, "$gte": value >= operand, "$lt": value < operand,
+                 "$lte": value <= operand}[operator])
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,94 @@
+"""The FastAPI application of ``memq serve``: authentication, errors, and the guard.
+
+Every request but the docs carries ``Authorization: Bearer <token>``; the token's role
+(:mod:`memq.tokens`) picks the client the request runs on, made with that role's own
+Redis credentials: an agent's token can do exactly what an agent's client can, because it
+*is* one. Errors are problem details (:mod:`memq.problems`); a fault of the server is a
+500 that names nothing of its insides (the traceback goes to the server's log).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+
+from memq.authority import Role
+from memq.errors import AuthenticationFailed, Busy, MemqError
+from memq.problems import MEDIA_TYPE, from_error, problem
+from memq.producers.client import MemoryClient
+from memq.producers.serve.guard import Guard
+from memq.producers.serve.remotes import MAX_REMOTES, MAX_WAITS, Remotes
+from memq.producers.serve.routes import router
+from memq.tokens import Tokens
+
+log = logging.getLogger("memq.serve")
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Largest request body: a full batch of long turns fits."""
+
+def create_app(
+    bases: dict[Role, MemoryClient], tokens: Tokens, *, allowed_hosts: Iterable[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_remotes: int = MAX_REMOTES,
+    max_waits: int = MAX_WAITS,
+) -> Guard:
+    """The API over ``bases`` (one client per served role), behind its guard."""
+    api = FastAPI(title="memq", version="1", description=__doc__ or "")
+    api.state.remotes = Remotes(bases, max_remotes, max_waits)
+    api.state.tokens = tokens
+    api.include_router(router)
+    api.add_exception_handler(MemqError, _memq_error)
+    api.add_exception_handler(RequestValidationError, _invalid_request)
+    api.add_exception_handler(HTTPException, _http_error)
+    api.add_exception_handler(Exception, _server_fault)
+    return Guard(api, allowed_hosts, max_body_bytes)
+
+
+def _problem(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status_code=body["status"], media_type=MEDIA_TYPE,
+                    headers=headers)
+
+
+async def _memq_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, MemqError)
+    body = from_error(exc)
+    if isinstance(exc, AuthenticationFailed):
+        return _problem(body, {"WWW-Authenticate": 'Bearer realm="memq"'})
+    if isinstance(exc, Busy):
+        return _problem(body, {"Retry-After": "1"})
+    return _problem(body)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return _problem(problem("ValidationError", 422, describe(exc.errors())))
+
+
+def describe(errors: Any) -> str:
+    """pydantic's errors as one line: where, and what was wrong (never the value sent)."""
+    parts = []
+    for error in list(errors)[:5]:
+        where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    more = len(list(errors)) - 5
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    name = "NotFound" if exc.status_code == 404 else "ValidationError"
+    detail = exc.detail if isinstance(exc.detail, str) else "bad request"
+    if exc.status_code == 404:
+        detail = f"no such endpoint: {request.method} {request.url.path[:200]}"
+    return _problem(problem(name, exc.status_code, detail), dict(exc.headers or {}))
+
+
+async def _server_fault(request: Request, exc: Exception) -> Response:
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return _problem(problem("MemqError", 500, "the server failed; its log says why"))

@@ -1,0 +1,142 @@
+"""One client per remote caller, sharing the reads of its role's client.
+
+A remote client names itself with the ``Memq-Client-Id`` header (RemoteMemoryClient sends
+a random one); callers that send none (curl) share one per token. Each gets
+:meth:`MemoryClient.with_own_outbox`: its ``flush`` waits for what *it* sent and reports
+*its* rejections, while the read pool, caches and working memory stay one per role.
+
+Nothing of that needs to live in this process. The outbox's sender id (under which the
+writer reports rejections) is derived from the role and the client id, and every write's
+answer carries the inbox position it reached (``Memq-Sent``), which the client sends back
+with its flush. So a flush is right on any server of the database and after a restart,
+and when the newest :data:`MAX_REMOTES` callers push an older one out of this table: it
+comes back with the same sender and its position.
+
+The same holds inside one server: a caller's waits (flush, forget/wait) run on a second
+client of the same sender, :attr:`Remote.waiter`, never on the one its writes go through.
+So a wait holds nothing its writes need (they go on while it waits), and a wait that has to
+queue behind another of the same caller (one at a time reads and reports its rejections)
+queues only for its own timeout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from fastapi import Depends, Header, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from memq.authority import Role
+from memq.broker import stream_position
+from memq.errors import AuthenticationFailed, Busy, FlushTimeout, ValidationError
+from memq.producers.client import MemoryClient
+from memq.tokens import Tokens
+
+MAX_REMOTES = 10_000
+MAX_WAITS = 8
+"""Waits (flushes) one token's callers may hold at once: a wait can last minutes and holds a
+server thread (about 40 in all), so beyond this a caller gets ``Busy`` (503) at once."""
+CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+bearer = HTTPBearer(auto_error=False, description="agent.token or admin.token")
+BEARER = Depends(bearer)
+CLIENT_ID_HEADER = Header(default=None, alias="Memq-Client-Id",
+                          description="the remote client's own id (its flushes)")
+
+
+@dataclass
+class Remote:
+    """A caller's clients: ``client`` for its writes, kept in order by ``lock``, and
+    ``waiter``, of the same sender, for its waits, one at a time (``turn``)."""
+
+    client: MemoryClient
+    waiter: MemoryClient
+    waits: threading.BoundedSemaphore
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    turn: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def waiting(self, timeout: float, sent: str | None) -> Iterator[float]:
+        """A place among its token's waits, or ``Busy`` now: never queued for one. Then
+        its turn among its caller's waits, or ``FlushTimeout`` once ``timeout`` has passed.
+        Yields the seconds left, ``waiter`` set to wait for ``sent`` and for all ``client``
+        sent."""
+        deadline = time.monotonic() + timeout
+        if not self.waits.acquire(blocking=False):
+            raise Busy("this server already waits on as many flushes for this token as it "
+                       "allows; retry in a moment")
+        try:
+            if not self.turn.acquire(timeout=timeout):
+                raise FlushTimeout(f"another flush of this client was still waiting after "
+                                   f"{timeout:g} s (they wait one at a time)")
+            try:
+                self._expect(sent)
+                yield max(0.0, deadline - time.monotonic())
+            finally:
+                self.turn.release()
+        finally:
+            self.waits.release()
+
+    def _expect(self, sent: str | None) -> None:
+        outbox = self.waiter.outbox
+        if sent is not None:
+            outbox.expect(stream_position(sent))
+        written = self.client.outbox.last_sent  # one read of a tuple: no lock needed
+        if written is not None:
+            outbox.expect(written)
+
+
+def sender_of(role: Role, client_id: str) -> str:
+    """The sender id of a remote client's events: the same on every server, every time."""
+    return hashlib.sha256(f"memq serve\0{role.value}\0{client_id}".encode()).hexdigest()[:32]
+
+
+class Remotes:
+    def __init__(self, bases: dict[Role, MemoryClient], cap: int = MAX_REMOTES,
+                 max_waits: int = MAX_WAITS) -> None:
+        self.bases = bases
+        self.cap = cap
+        # Per role, so agents holding every place never keep the admin from flushing.
+        self.waits = {role: threading.BoundedSemaphore(max_waits) for role in bases}
+        self._remotes: OrderedDict[tuple[Role, str], Remote] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, role: Role, client_id: str | None) -> Remote:
+        if client_id is not None and not CLIENT_ID.fullmatch(client_id):
+            raise ValidationError(
+                "Memq-Client-Id must be 1 to 64 letters, digits, '-' or '_'")
+        key = (role, client_id or "")
+        with self._lock:
+            remote = self._remotes.get(key)
+            if remote is None:
+                client, waiter = (self.bases[role].with_own_outbox() for _ in range(2))
+                client.outbox.sender = waiter.outbox.sender = sender_of(role, client_id or "")
+                remote = self._remotes[key] = Remote(client, waiter, self.waits[role])
+                while len(self._remotes) > self.cap:
+                    self._remotes.popitem(last=False)
+            else:
+                self._remotes.move_to_end(key)
+            return remote
+
+
+def caller(
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None = BEARER,
+    client_id: str | None = CLIENT_ID_HEADER,
+) -> Remote:
+    """The client a request runs on: its token's role, its own outbox."""
+    tokens: Tokens = request.app.state.tokens
+    role = None if credentials is None else tokens.role_of(credentials.credentials)
+    if role is None:
+        raise AuthenticationFailed(
+            "a bearer token is needed: agent.token or admin.token, beside the database"
+            if credentials is None else "this bearer token is not one this server issued")
+    remotes: Remotes = request.app.state.remotes
+    return remotes.get(role, client_id)

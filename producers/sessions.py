@@ -1,0 +1,132 @@
+"""Sessions: listing them, by user or agent, most recently active first; forgetting them.
+
+``forget_session``, ``forget_message`` and ``forget_user`` send one event each and return
+its id at once. Once the writer commits it, nothing memq keeps holds the forgotten content
+(see ``store/projections/forgetting.py``); :meth:`SessionsMixin.wait_forgotten` returns
+once the writer has also truncated its WAL and deleted the RQ jobs that carried the text,
+with what was erased. Any session, or one message of it, may be forgotten by an agent; a
+whole user only by the person (admin credentials).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from memq import names
+from memq.clock import normalize_rfc3339
+from memq.errors import FlushTimeout, ValidationError
+from memq.events import EventType, check_identifier
+from memq.printable import shown
+from memq.producers.mixin import ClientBase, SyncClientBase
+from memq.producers.ops import Fetch, Flush, Op, Read, Sleep
+from memq.store.read import sessions as stored
+from memq.store.read.pool import Reader
+from memq.store.read.sessions import SessionInfo
+
+MAX_SESSIONS_PAGE = 10_000
+"""Most sessions one call lists."""
+
+
+class SessionsOps(ClientBase):
+    """The sessions operations (``producers/ops.py``) both clients run."""
+
+    if TYPE_CHECKING:
+
+        def _drop_caches(self) -> None: ...
+
+    def _sessions_op(
+        self, user_id: str | None, agent_id: str | None, limit: int,
+        before: datetime | str | None,
+    ) -> Op[list[SessionInfo]]:
+        for name, value in (("user_id", user_id), ("agent_id", agent_id)):
+            if value is not None:
+                check_identifier(name, value)
+        if (not isinstance(limit, int) or isinstance(limit, bool)
+                or not 1 <= limit <= MAX_SESSIONS_PAGE):
+            raise ValidationError(
+                f"limit must be an integer from 1 to {MAX_SESSIONS_PAGE}, got {shown(limit)}")
+        bound = None if before is None else normalize_rfc3339(before, what="before")
+        found: list[SessionInfo] = yield Read(_list_sessions, (user_id, agent_id, limit, bound))
+        return found
+
+    def _forget_session_op(self, session_id: str) -> Op[str]:
+        check_identifier("session_id", session_id,
+                         max_chars=self.config.limits.max_session_id_chars)
+        event_id = yield from self._send_op(EventType.SESSION_FORGOTTEN, {},
+                                            session_id=session_id)
+        self._drop_caches()
+        return event_id
+
+    def _forget_message_op(self, session_id: str, message_id: str) -> Op[str]:
+        check_identifier("session_id", session_id,
+                         max_chars=self.config.limits.max_session_id_chars)
+        payload = {"message_id": check_identifier("message_id", message_id)}
+        event_id = yield from self._send_op(EventType.MESSAGE_FORGOTTEN, payload,
+                                            session_id=session_id)
+        self._drop_caches()
+        return event_id
+
+    def _forget_user_op(self, user_id: str) -> Op[str]:
+        event_id = yield from self._send_op(EventType.USER_FORGOTTEN,
+                                            {"user_id": check_identifier("user_id", user_id)})
+        self._drop_caches()
+        return event_id
+
+    def _wait_forgotten_op(self, event_id: str, timeout: float) -> Op[dict[str, Any]]:
+        check_identifier("event_id", event_id)
+        yield Flush(timeout)
+        deadline = time.monotonic() + timeout
+        key = names.ERASED_PREFIX + event_id
+        while True:
+            raw = yield Fetch(key, "reading a forget's outcome")
+            if raw is not None:
+                return dict(orjson.loads(raw))
+            if time.monotonic() >= deadline:
+                raise FlushTimeout(f"the writer has not finished forget {event_id} within "
+                                   f"{timeout:g} s (a reader may be holding an old snapshot "
+                                   "of the database)")
+            yield Sleep(0.02)
+
+
+class SessionsMixin(SessionsOps, SyncClientBase):
+    def sessions(
+        self, user_id: str | None = None, agent_id: str | None = None, *, limit: int = 50,
+        before: datetime | str | None = None,
+    ) -> list[SessionInfo]:
+        """Committed sessions, most recently active first, with their owner, first and last
+        message times and message count; only ``user_id``'s and/or ``agent_id``'s when
+        given. For the next page, pass the last one's ``last_active_at`` as ``before``."""
+        return self._run(self._sessions_op(user_id, agent_id, limit, before))
+
+    def forget_session(self, session_id: str) -> str:
+        """Forget one session: its messages, summaries, vectors, index entries and the
+        payloads of its events. Returns the event id (``wait_forgotten`` takes it)."""
+        return self._run(self._forget_session_op(session_id))
+
+    def forget_message(self, session_id: str, message_id: str) -> str:
+        """Forget one message of a session: its text, vector, index entry and the payloads
+        of its events, and the summary built from it (whose other sources may then be
+        summarised again). A message of another session is left alone. Returns the event
+        id (``wait_forgotten`` takes it)."""
+        return self._run(self._forget_message_op(session_id, message_id))
+
+    def forget_user(self, user_id: str) -> str:
+        """Forget a user: every session of theirs (as :meth:`forget_session`) and their
+        facts. Admin credentials only. Returns the event id."""
+        return self._run(self._forget_user_op(user_id))
+
+    def wait_forgotten(self, event_id: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait until the writer has finished the forget ``event_id`` (committed, WAL
+        truncated, RQ jobs deleted); returns what it erased: ``messages``, ``events``,
+        ``jobs``. Raises :class:`FlushTimeout` if that takes longer than ``timeout``."""
+        return self._run(self._wait_forgotten_op(event_id, timeout))
+
+
+def _list_sessions(conn: Reader, user_id: str | None, agent_id: str | None, limit: int,
+                   before: str | None) -> list[SessionInfo]:
+    return stored.list_sessions(conn, user_id=user_id, agent_id=agent_id, limit=limit,
+                                before=before)

@@ -1,0 +1,1 @@
+"""After commit: the RQ jobs the writer owes (embedding, consolidation, scheduled runs)."""

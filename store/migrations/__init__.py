@@ -1,0 +1,55 @@
+"""The migrations, in order: what each changes in the schema, and why.
+
+:mod:`memq.store.schema` applies them (recorded; all pending ones in one transaction).
+Append new migrations at the end of :data:`MIGRATIONS`; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import apsw
+
+from memq.store.migrations import foundation as f
+from memq.store.migrations import memory_model as m
+from memq.store.migrations.foundation import applied_names, has_table
+
+__all__ = ["MIGRATIONS", "Migration", "applied_names", "has_table"]
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    apply: Callable[[apsw.Cursor], None]
+    last: bool = False
+    """Runs after every other pending migration: it goes through the projections'
+    appliers, which expect the schema the latest migrations give."""
+
+
+MIGRATIONS: list[Migration] = [
+    Migration("0001_event_log", f.event_log),
+    Migration("0001b_legacy_tables_aside", f.legacy_tables_aside),
+    Migration("0002_projections", f.projections),
+    Migration("0003_import_legacy_messages", f.import_legacy, last=True),
+    Migration("0004_macro_learning", f.macro_learning),
+    Migration("0005_consolidation", f.consolidation),
+    Migration("0006_embedding_backlog_index", f.embedding_backlog),
+    Migration("0007_fts", f.fts),
+    Migration("0008_fact_history_index", f.fact_history_index),
+    Migration("0009_import_legacy_tables", f.import_legacy_tables, last=True),
+    Migration("0010_session_marks", f.session_marks),
+    Migration("0011_rejected_stream", f.rejected_stream),
+    Migration("0011b_tombstones", f.tombstones),
+    Migration("0012_macros_without_literals", f.macros_without_literals),
+    Migration("0013_scopes", m.scopes),
+    Migration("0014_facts_per_user", m.facts_per_user),
+    Migration("0015_database_identity", m.database_identity),
+    Migration("0016_forgetting", m.forgetting),
+    Migration("0017_inbox_positions", m.inbox_positions),
+    Migration("0018_documents", m.documents),
+    Migration("0019_message_retention", m.message_retention),
+    Migration("0020_events_erased_by", m.events_erased_by),
+    Migration("0021_fts_external_content", m.fts_external_content),
+    Migration("0022_message_forgetting", m.message_forgetting),
+]

@@ -1,0 +1,117 @@
+"""Reading facts: the current values (projection) and their history (the event log).
+
+The history replays the same guard as the writer (:func:`store.projections.facts.may_change`)
+over the key's events, so each entry says whether it changed the value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+import orjson
+
+from memq.events import EventType
+from memq.store.projections.facts import may_change as may_change  # the guard, for readers
+
+
+@dataclass(frozen=True)
+class Fact:
+    id: int
+    category: str
+    key: str
+    value: str
+    source: str
+    created_at: str
+    updated_at: str
+    user_id: str | None = None
+    """The user the fact belongs to; None for a global fact."""
+
+
+@dataclass(frozen=True)
+class FactChange:
+    """One ``fact.set``, ``fact.deleted`` or ``fact.imported`` event for a key, oldest
+    first in a history."""
+
+    seq: int
+    event_id: str
+    action: str  # "set", "deleted" or "imported" (the value a legacy upgrade found)
+    value: str | None
+    source: str | None
+    force: bool
+    created_at: str
+    applied: bool  # False: a user's value was protected from this agent change
+
+
+FACT_COLUMNS = "id, category, key, value, source, created_at, updated_at, user_id"
+
+VISIBLE_TO = "ifnull(user_id, '') IN ('', ifnull(:user, ''))"
+"""SQL condition on ``facts``: a global fact, or one of the user ``:user`` (NULL: none).
+
+Word for word the start of the unique index facts_by_key (migration 0014), so it seeks."""
+
+
+def list_facts(
+    conn: apsw.Connection, category: str | None = None, user_id: str | None = None
+) -> list[Fact]:
+    """The global facts and ``user_id``'s (none of any other user's), ordered by category,
+    key, then global before the user's; only ``category``'s when it is given."""
+    where = VISIBLE_TO + ("" if category is None else " AND category = :category")
+    rows = conn.execute(
+        f"SELECT {FACT_COLUMNS} FROM facts WHERE {where} ORDER BY category, key, user_id",
+        {"user": user_id, "category": category},
+    )
+    return [Fact(*row) for row in rows]
+
+
+HISTORY = """
+    SELECT seq, event_id, type, created_at, payload FROM events
+    WHERE type IN ('fact.set', 'fact.deleted')
+      AND json_extract(payload, '$.user_id') IS ?1
+      AND json_extract(payload, '$.category') = ?2 AND json_extract(payload, '$.key') = ?3
+    UNION ALL
+    SELECT seq, event_id, type, created_at, payload FROM events
+    WHERE type = 'fact.imported' AND ?1 IS NULL
+      AND json_extract(payload, '$.category') = ?2 AND json_extract(payload, '$.key') = ?3
+    ORDER BY seq"""
+"""One fact's change events. The first half repeats word for word the terms of the index
+events_fact_history (migration 0014), which it seeks; the second finds the value a legacy
+upgrade brought in (always a global fact), among the few fact.imported events (index
+events_by_type)."""
+
+
+def fact_history(
+    conn: apsw.Connection, category: str, key: str, user_id: str | None = None
+) -> list[FactChange]:
+    """Every change event of one fact (global, or ``user_id``'s), oldest first, each
+    marked applied or not."""
+    rows = conn.execute(HISTORY, (user_id, category, key)).fetchall()
+    changes, current = [], None
+    for row in rows:
+        change = _change(row, current)
+        if change.applied:
+            current = None if change.action == "deleted" else change.source
+        changes.append(change)
+    return changes
+
+
+_ACTIONS = {EventType.FACT_SET: "set", EventType.FACT_DELETED: "deleted",
+            EventType.FACT_IMPORTED: "imported"}
+
+
+def _change(row: tuple[Any, ...], current: str | None) -> FactChange:
+    seq, event_id, etype, created_at, raw = row
+    payload = orjson.loads(raw)
+    force = bool(payload.get("force"))
+    source = payload.get("source")
+    return FactChange(
+        seq=seq,
+        event_id=event_id,
+        action=_ACTIONS[etype],
+        value=payload.get("value"),
+        source=source,
+        force=force,
+        created_at=created_at,
+        applied=may_change(current, source, force),
+    )

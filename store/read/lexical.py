@@ -1,0 +1,89 @@
+"""Lexical search over message content: the ``messages_fts`` index, ranked by BM25.
+
+A query is turned into an FTS5 expression the user cannot steer: its words are extracted
+with a regular expression, common English function words are dropped (unless nothing
+else is left), and each remaining word is quoted, so ``"``, ``*``, ``^``, parentheses,
+``NEAR``, ``AND``, ``OR`` and ``NOT`` in a question are just text. The words
+are OR-ed, so a turn matching any of them is a candidate, and BM25 ranks turns that
+match more, and rarer, words first. The index stems English words (Porter), so "painted"
+finds "paint".
+
+BM25's statistics (how rare a word is, how long a turn is) are those of the whole
+database, while the match is restricted to the scope inside FTS5, by the session, user
+and agent tokens each message is indexed with (see :mod:`store.read.scope`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import cast
+
+import apsw
+
+from memq.store.read.scope import Scope
+
+MAX_TERMS = 32
+"""A query's first this many distinct words are searched (a long query stays cheap)."""
+
+BM25_WEIGHTS = (1.0, 0.0, 0.0, 0.0)
+"""Per column of ``messages_fts``: content counts, the session, user and agent tokens do
+not."""
+
+_WORD = re.compile(r"[^\W_]+")
+STOPWORDS = frozenset(re.split(
+    r"\s+",
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing done down during each either
+    else ever few for from further had has have having he her here hers herself him himself
+    his how i if in into is it its itself just me more most my myself no nor not now of off
+    on once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too
+    under until up us very was we were what when where which while who whom whose why will
+    with would you your yours yourself yourselves""",
+))
+"""English function words: they match most turns and say little about any."""
+
+_SEARCH = """
+    SELECT m.id, -bm25(messages_fts, ?, ?, ?, ?) AS score
+    FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid
+    WHERE messages_fts MATCH ?
+    ORDER BY score DESC, m.seq DESC
+    LIMIT ?"""
+
+
+def terms(query: str) -> list[str]:
+    """The distinct, case-folded words of ``query`` to search, function words dropped."""
+    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))
+    content = [w for w in words if w not in STOPWORDS]
+    return (content or words)[:MAX_TERMS]
+
+
+def match_expression(scope: Scope, query: str) -> str | None:
+    """The FTS5 expression for ``query`` within ``scope``; None if it has no words."""
+    words = terms(query)
+    if not words:
+        return None
+    # Inside double quotes FTS5 syntax has no meaning; the words hold no quote anyway.
+    any_word = " OR ".join(f'"{word}"' for word in words)
+    return f"{scope.match()} AND content : ({any_word})"
+
+
+def search(
+    conn: apsw.Connection, scope: Scope, query: str, limit: int
+) -> list[tuple[str, float]]:
+    """Ids of the scope's best ``limit`` lexical matches and their BM25 score, best first.
+
+    Scores are positive and larger for better matches (FTS5's ``bm25()`` is negated); a
+    tie goes to the newer turn.
+    """
+    expression = match_expression(scope, query)
+    if expression is None or limit <= 0:
+        return []
+    try:
+        rows = conn.execute(_SEARCH, (*BM25_WEIGHTS, expression, limit)).fetchall()
+    except apsw.SQLError as exc:
+        if "no such table" in str(exc):
+            return []  # a database the writer has not migrated yet: no index
+        raise
+    # The columns are TEXT and REAL by construction; no per-row conversion needed.
+    return cast("list[tuple[str, float]]", rows)

@@ -1,0 +1,267 @@
+"""The read side's in-process vector cache: per scope, its embedded messages' vectors.
+
+A scope (one session, or every session of a user or of a user's agent: see
+:mod:`store.read.scope`) is loaded once (every embedded message of it), then refreshed
+incrementally on each use: only rows whose ``embedded_seq`` is past the last one seen
+are read, through the ``messages_by_embedded_seq`` index. Blobs are therefore decoded
+once per process, not on every search. (That index walk passes over what every session
+embedded since; only this scope's rows are read whole, and a scope in use is refreshed
+on every search.) A session searched alone and at its user's scope is held twice.
+
+With ``context_weight`` > 0 each scope also holds the turns' contextual keys (see
+:mod:`store.read.neighbourhoods`), derived from the same rows; ``keys=True`` searches them.
+
+Only vectors of the configured model and dimension are kept, so two models' vectors are
+never compared; a message re-embedded by another model leaves the cache, and one
+re-embedded by this model replaces its old row. Legacy JSON-array embeddings are read
+through :func:`store.vectors.decode` like blobs. Scopes are dropped least recently used
+once the cache holds more than ``max_vectors`` vectors (the scope in use is kept).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+import numpy as np
+
+from memq.store import vectors
+from memq.store.read.neighbourhoods import Neighbourhoods
+from memq.store.read.pool import ReadPool
+from memq.store.read.scope import Scope
+from memq.store.read.vector_index import VectorIndex
+
+DEFAULT_MAX_VECTORS = 200_000
+"""About 300 MB of float32 at 384 dimensions."""
+
+LOAD_CHUNK = 8192
+"""Rows decoded at a time when a session is loaded or refreshed."""
+
+_HIGH_WATER = "SELECT max(embedded_seq) FROM messages WHERE embedded_seq IS NOT NULL"
+_COLUMNS = "id, embedding, embedding_model, embedding_dim, session_id, seq"
+_WHOLE_SCOPE = f"""
+    SELECT {_COLUMNS} FROM messages INDEXED BY {{index}}
+    WHERE {{scope}} AND embedded_seq IS NOT NULL AND embedded_seq <= :high"""
+# INDEXED BY: with the scope's terms in the query, the planner would otherwise walk the
+# whole scope by its own index — every row, on every refresh.
+_CHANGED_SINCE = f"""
+    SELECT {_COLUMNS} FROM messages INDEXED BY messages_by_embedded_seq
+    WHERE embedded_seq > :seen AND embedded_seq <= :high AND {{scope}}"""
+
+
+@dataclass
+class _Entry:
+    index: VectorIndex
+    keys: Neighbourhoods | None = None
+    loaded: bool = False
+    last_seen: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class VectorCache:
+    """Vectors of ``model_name`` / ``dim`` per scope, refreshed from ``readers``."""
+
+    def __init__(
+        self, readers: ReadPool, *, model_name: str, dim: int,
+        max_vectors: int = DEFAULT_MAX_VECTORS, context_weight: float = 0.0,
+    ) -> None:
+        if dim < 1 or max_vectors < 1:
+            raise ValueError(f"dim and max_vectors must be at least 1, got {dim}, {max_vectors}")
+        if not 0.0 <= context_weight <= 1.0:
+            raise ValueError(f"context_weight must be in [0, 1], got {context_weight}")
+        self.context_weight = context_weight
+        self.readers = readers
+        self.model_name = model_name
+        self.dim = dim
+        self.max_vectors = max_vectors
+        self._entries: OrderedDict[tuple[str, ...], _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, scope: object) -> bool:
+        key = scope.key if isinstance(scope, Scope) else None
+        with self._lock:
+            return key in self._entries
+
+    def vector_count(self, scope: Scope | None = None) -> int:
+        """Vectors held for one scope, or for all of them."""
+        with self._lock:
+            entries = list(self._entries.items())
+        return sum(len(e.index) for key, e in entries if scope is None or key == scope.key)
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(e.index.nbytes for e in self._entries.values())
+
+    def search(
+        self, scope: Scope, query: np.ndarray, threshold: float, limit: int,
+        *, keys: bool = False,
+    ) -> list[tuple[str, float]]:
+        """Ids of the scope's messages with cosine > ``threshold`` to ``query``, best first
+        (``keys``: by their contextual keys' scores instead)."""
+        entry = self._entry(scope)
+        with entry.lock:
+            self._refresh(scope, entry)
+            found = _searched(entry, keys).search(query, threshold, limit)
+        self._evict(keep=scope.key)
+        return found
+
+    def scores(self, scope: Scope, ids: Iterable[str], query: np.ndarray,
+               *, keys: bool = False) -> dict[str, float]:
+        """Cosine of ``query`` to each of ``ids`` that has a vector of this model."""
+        entry = self._entry(scope)
+        with entry.lock:
+            self._refresh(scope, entry)
+            return _searched(entry, keys).scores(ids, query)
+
+    def moments(self, scope: Scope, query: np.ndarray,
+                *, keys: bool = False) -> tuple[float, float] | None:
+        """Mean and spread of the cosine of ``query`` over the scope (see VectorIndex)."""
+        entry = self._entry(scope)
+        with entry.lock:
+            self._refresh(scope, entry)
+            found = _searched(entry, keys).moments(query)
+        self._evict(keep=scope.key)
+        return found
+
+    def refresh(self, scope: Scope) -> None:
+        """Bring the scope up to date with the database now (searches do it anyway)."""
+        entry = self._entry(scope)
+        with entry.lock:
+            self._refresh(scope, entry)
+        self._evict(keep=scope.key)
+
+    def discard(self, scope: Scope, ids: Iterable[str]) -> None:
+        """Drop vectors of messages that are gone from the database."""
+        with self._lock:
+            entry = self._entries.get(scope.key)
+        if entry is not None:
+            with entry.lock:
+                ids = list(ids)
+                entry.index.remove(ids)
+                if entry.keys is not None:
+                    entry.keys.remove(ids)
+
+    def forget(self, scope: Scope) -> None:
+        with self._lock:
+            self._entries.pop(scope.key, None)
+
+    def forget_where(self, drop: Callable[[tuple[str, ...]], bool]) -> None:
+        """Drop every scope whose key ``drop`` accepts (it is loaded again when used)."""
+        with self._lock:
+            for key in [k for k in self._entries if drop(k)]:
+                del self._entries[key]
+
+    def _entry(self, scope: Scope) -> _Entry:
+        with self._lock:
+            entry = self._entries.get(scope.key)
+            if entry is None:
+                keys = (Neighbourhoods(self.dim, self.context_weight)
+                        if self.context_weight > 0 else None)
+                entry = self._entries[scope.key] = _Entry(VectorIndex(self.dim), keys)
+            self._entries.move_to_end(scope.key)
+            return entry
+
+    def _refresh(self, scope: Scope, entry: _Entry) -> None:
+        """Read what changed since ``entry.last_seen``; the caller holds ``entry.lock``."""
+        with self.readers.connection() as conn:
+            high = _high_water(conn)
+            if entry.loaded and high <= entry.last_seen:
+                return
+            params = {**scope.params(), "seen": entry.last_seen, "high": high}
+            where = scope.condition()
+            if entry.loaded:
+                cursor = conn.execute(_CHANGED_SINCE.format(scope=where), params)
+            else:
+                cursor = conn.execute(_WHOLE_SCOPE.format(index=scope.index, scope=where),
+                                      params)
+            # In chunks: a large session's blobs are never all held as bytes at once.
+            while rows := list(itertools.islice(cursor, LOAD_CHUNK)):
+                self._apply(entry, rows)
+        entry.index.fit_if_grown()
+        if entry.keys is not None:
+            entry.keys.index.fit_if_grown()
+        # Every row with embedded_seq <= high was committed before ``high`` was read, so
+        # later changes to this scope all have a larger embedded_seq.
+        entry.loaded, entry.last_seen = True, high
+
+    def _apply(self, entry: _Entry, rows: list[tuple[Any, ...]]) -> None:
+        blob_ids: list[str] = []
+        blobs: list[bytes] = []
+        legacy_ids: list[str] = []
+        legacy: list[np.ndarray] = []
+        stale: list[str] = []
+        for message_id, value, model, dim, *_ in rows:
+            if value is None or model != self.model_name or dim != self.dim:
+                stale.append(message_id)
+            elif isinstance(value, bytes) and len(value) == self.dim * 4:
+                blob_ids.append(message_id)
+                blobs.append(value)
+            else:
+                vector = _decode_legacy(value)
+                if vector is not None and vector.shape == (self.dim,):
+                    legacy_ids.append(message_id)
+                    legacy.append(vector)
+                else:
+                    stale.append(message_id)
+        entry.index.remove(stale)
+        # One join and one frombuffer for all blobs: decoding row by row costs more than
+        # reading them when a large session is loaded.
+        matrix = np.frombuffer(b"".join(blobs), dtype=vectors.FLOAT32_LE).reshape(-1, self.dim)
+        if legacy:
+            matrix = np.vstack([matrix, np.asarray(legacy, dtype=np.float32)])
+        ids, unit = _upsert_unit(entry.index, blob_ids + legacy_ids, matrix)
+        if entry.keys is not None:
+            places = {row[0]: (row[0], str(row[4]), int(row[5])) for row in rows}
+            entry.keys.remove(stale)
+            entry.keys.upsert([places[i] for i in ids], unit)
+
+    def _evict(self, keep: tuple[str, ...]) -> None:
+        with self._lock:
+            total = sum(len(e.index) for e in self._entries.values())
+            for key in list(self._entries):
+                if total <= self.max_vectors:
+                    return
+                if key != keep:
+                    total -= len(self._entries.pop(key).index)
+
+
+def _decode_legacy(value: bytes | str) -> np.ndarray | None:
+    try:
+        return vectors.decode(value)
+    except (ValueError, TypeError):  # a malformed legacy JSON array: not searchable
+        return None
+
+
+def _searched(entry: _Entry, keys: bool) -> VectorIndex:
+    """The index a search reads: the turns' vectors, or their contextual keys."""
+    if keys and entry.keys is not None:
+        return entry.keys.index
+    return entry.index
+
+
+def _upsert_unit(
+    index: VectorIndex, ids: list[str], matrix: np.ndarray
+) -> tuple[list[str], np.ndarray]:
+    """Normalise (legacy vectors may not be unit length) and store; zero vectors are
+    skipped. Returns what was stored."""
+    if not ids:
+        return [], matrix[:0]
+    norms = np.linalg.norm(matrix, axis=1)
+    good = np.isfinite(norms) & (norms > 1e-12)  # a zero vector has no direction
+    if not good.all():
+        ids = [i for i, ok in zip(ids, good, strict=True) if ok]
+        matrix, norms = matrix[good], norms[good]
+    unit = matrix / norms[:, None]
+    index.upsert(ids, unit, fit=False)
+    return ids, unit
+
+
+def _high_water(conn: apsw.Connection) -> int:
+    row = conn.execute(_HIGH_WATER).fetchone()
+    return int(row[0]) if row is not None and row[0] is not None else 0

@@ -1,0 +1,1 @@
+"""The writer: inbox entries in, one transaction per batch, acknowledged after commit."""

@@ -1,0 +1,288 @@
+"""Applying one batch of inbox entries inside the writer's open transaction.
+
+The fast path appends all new events with one ``executemany`` and projects them in runs
+of the same type (so order is kept). If an applier refuses an event half-way, the caller
+rolls the transaction back and applies the batch again on the careful path, one
+savepoint per event, so that only the bad event is set aside.
+
+Every entry is judged with the rights of the stream it came from (:mod:`memq.authority`):
+an event its sender may not send is set aside like any bad one, with the reason. Changing
+or deleting a task is judged against the task as it stands at that point of the batch,
+which only the careful path knows, so a batch with such an event from a role other than
+admin takes the careful path.
+
+The fast path records the entries it sets aside after applying the events; a forget
+deletes the rejected entries that name what it forgets (store/projections/forgetting.py),
+and must see those that came before it. So a batch with a forget after a set-aside entry
+takes the careful path too, which records them in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import apsw
+
+from memq import authority, names
+from memq.authority import ROLE_OF_STREAM, Role
+from memq.config import LimitsConfig
+from memq.errors import InvalidEvent
+from memq.events import Event, decode
+from memq.logs import log
+from memq.rejections import SENDER, Rejection, claimed
+from memq.store.effects import Effects
+from memq.store.projections import apply_events, forgetting, record_event
+from memq.store.read.tasks import task as committed_task
+from memq.store.write import rejected
+from memq.store.write.log import append_events, check_redelivered
+
+logger = logging.getLogger("memq.writer")
+
+
+
+class Entry(NamedTuple):
+    """One inbox stream entry as Redis delivered it (``fields`` is None once deleted)."""
+
+    stream: str
+    id: bytes
+    fields: dict[bytes, bytes] | None
+
+
+KEPT_RAW_FACTOR = 2
+"""An entry over this many times ``[limits] max_payload_bytes`` is set aside cut to that."""
+
+MAX_ROW_ID = 2**63 - 1
+"""SQLite's largest rowid: a bigger one cannot be bound as a parameter."""
+
+APPLY_ERRORS = (InvalidEvent, apsw.ConstraintError, apsw.MismatchError)
+"""An applier's refusal of one event: that event is set aside, the batch goes on."""
+
+
+class RetryCarefully(Exception):
+    """The fast path met an event an applier refused; redo the batch with savepoints."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    stream: str
+    stream_id: str
+    raw: bytes
+    replay_of: int | None
+    event: Event | None
+    error: str | None
+    sender: str | None = None
+    """The client that sent it (to report a rejection to), when the entry says."""
+
+    @property
+    def role(self) -> Role:
+        return ROLE_OF_STREAM[self.stream]
+
+    @property
+    def names_a_task(self) -> bool:
+        """Judged against the task it names (see :func:`authority.target_refusal`)."""
+        return (self.event is not None and self.role is not Role.ADMIN
+                and self.event.type in authority.TARGETS_A_TASK)
+
+
+@dataclass
+class BatchResult:
+    applied: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    last_id: str = ""
+    effects: Effects = field(default_factory=Effects)
+    types: Counter[str] = field(default_factory=Counter)
+    """Applied events by type, for the metrics."""
+    reports: list[tuple[str, Rejection]] = field(default_factory=list)
+    """(sender, rejection) of each rejected entry whose sender is known, to report back."""
+
+    @property
+    def size(self) -> int:
+        return self.applied + self.duplicates + self.rejected
+
+
+def decode_entries(entries: Iterable[Entry], limits: LimitsConfig) -> list[Decoded]:
+    """Parse, validate and authorise every entry; writes nothing, so it runs before the
+    transaction.
+
+    Never raises: whatever an entry holds, it comes back as an event or as a reason.
+    """
+    return [_decode(entry.stream, entry.id.decode(), entry.fields or {}, limits)
+            for entry in entries]
+
+
+def _decode(
+    stream: str, stream_id: str, fields: dict[bytes, bytes], limits: LimitsConfig
+) -> Decoded:
+    raw = fields.get(names.EVENT_FIELD, b"")
+    replay_of, replay_problem = _replay_of(fields)
+    sender, sender_problem = _sender(fields)
+    kept = KEPT_RAW_FACTOR * limits.max_payload_bytes
+    if len(raw) > kept:
+        # Set aside for good (no replay can apply it), and not kept whole: a stream entry
+        # may be hundreds of megabytes, and the rejected table would keep them all.
+        return Decoded(stream, stream_id, raw[:kept], replay_of, None,
+                       f"event is {len(raw)} bytes, over the {limits.max_payload_bytes} limit "
+                       f"(only its first {kept} bytes are kept)", sender)
+    try:
+        problem = replay_problem or sender_problem or _stream_problem(fields)
+        if problem is not None:
+            return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
+        event = decode(raw, limits)
+        problem = authority.refusal(ROLE_OF_STREAM[stream], event)
+        if problem is not None:
+            return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
+        return Decoded(stream, stream_id, raw, replay_of, event, None, sender)
+    except InvalidEvent as exc:
+        return Decoded(stream, stream_id, raw, replay_of, None, str(exc), sender)
+    except Exception as exc:  # a validation bug must not stop the writer: set it aside
+        logger.error("decoding entry %s failed", stream_id, exc_info=exc)
+        return Decoded(stream, stream_id, raw, replay_of, None,
+                       f"cannot be decoded ({type(exc).__name__}: {exc})", sender)
+
+
+def _sender(fields: dict[bytes, bytes]) -> tuple[str | None, str | None]:
+    """The client an entry names as its sender (None if none), or the problem with it."""
+    value = fields.get(names.SENDER_FIELD)
+    if value is None:
+        return None, None
+    if SENDER.fullmatch(value.decode("ascii", errors="replace")):
+        return value.decode("ascii"), None
+    return None, f"sender must be 32 lowercase hex digits, got {value!r:.50}"
+
+
+def _stream_problem(fields: dict[bytes, bytes]) -> str | None:
+    if not fields.get(names.EVENT_FIELD):
+        return f"entry has no {names.EVENT_FIELD.decode()!r} field"
+    unknown = sorted(set(fields) - names.INBOX_FIELDS)
+    if unknown:
+        shown = ", ".join(repr(name)[2:-1] for name in unknown)
+        return f"unknown stream field(s): {shown}"
+    return None
+
+
+def _replay_of(fields: dict[bytes, bytes]) -> tuple[int | None, str | None]:
+    """The rejected row an entry replays (None if none), or the problem with the field."""
+    value = fields.get(names.REPLAY_FIELD)
+    if value is None:
+        return None, None
+    # Decimal digits only (int() would also take "+1", " 1", "1_0" and other scripts'
+    # digits); and small enough for SQLite, or binding it would fail on every restart.
+    if value.isdigit() and len(value) <= 19 and 0 < int(value) <= MAX_ROW_ID:
+        return int(value), None
+    return None, f"replay_of must be a rejected event's id (1-{MAX_ROW_ID}), got {value!r:.40}"
+
+
+def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchResult) -> None:
+    if any(item.names_a_task for item in batch):
+        raise RetryCarefully("an event is judged against the task it names")
+    if _forgets_a_rejection(batch):
+        raise RetryCarefully("a forget must see the entries set aside before it")
+    events = [d.event for d in batch if d.event is not None]
+    try:
+        fresh = append_events(cur, events, now)
+        apply_events(cur, fresh, result.effects)
+    except Exception as exc:
+        if _is_store_failure(exc):
+            raise
+        raise RetryCarefully(str(exc)) from exc
+    result.applied += len(fresh)
+    result.duplicates += len(events) - len(fresh)
+    result.types.update(event.type for _, event in fresh)
+    for item in batch:
+        if item.error is not None:
+            _reject(cur, item, item.error, now, result)
+        elif item.replay_of is not None:
+            rejected.mark_replayed(cur, item.replay_of, item.stream, now)
+
+
+def _forgets_a_rejection(batch: list[Decoded]) -> bool:
+    """Whether a forget follows an entry set aside in this batch."""
+    rejected_before = False
+    for item in batch:
+        if item.event is None:
+            rejected_before = True
+        elif rejected_before and item.event.type in forgetting.APPLIERS:
+            return True
+    return False
+
+
+def apply_careful(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchResult) -> None:
+    for item in batch:
+        if item.event is None:
+            _reject(cur, item, item.error or "invalid entry", now, result)
+            continue
+        refusal = _target_refusal(cur, item) if item.names_a_task else None
+        if refusal is not None:
+            _reject(cur, item, refusal, now, result)
+            continue
+        try:
+            applied = _apply_in_savepoint(cur, item.event, now, result.effects)
+        except InvalidEvent as exc:
+            _reject(cur, item, str(exc), now, result)
+            continue
+        if item.replay_of is not None:
+            rejected.mark_replayed(cur, item.replay_of, item.stream, now)
+        result.applied += applied
+        result.duplicates += not applied
+        if applied:
+            result.types[item.event.type] += 1
+
+
+def _target_refusal(cur: apsw.Cursor, item: Decoded) -> str | None:
+    """The task the event names, as it stands now in this transaction, decides."""
+    assert item.event is not None
+    found = committed_task(cur.getconnection(), item.event.payload["task_id"])
+    if found is None:
+        return None  # the applier says "unknown task", or a delete is a no-op
+    return authority.target_refusal(item.role, item.event.type, trusted=found.is_trusted,
+                                    source=found.source)
+
+
+def _apply_in_savepoint(cur: apsw.Cursor, event: Event, now: str, effects: Effects) -> bool:
+    """Insert and project one event inside a savepoint; False if it was a duplicate."""
+    cur.execute("SAVEPOINT event")
+    mark = effects.mark()
+    try:
+        applied = record_event(cur, event, now, effects)
+        if not applied:
+            check_redelivered(cur, event)
+    except Exception as exc:
+        if _is_store_failure(exc):
+            raise
+        cur.execute("ROLLBACK TO event")
+        cur.execute("RELEASE event")
+        effects.undo_since(mark)
+        raise InvalidEvent(_refusal(exc, event)) from exc
+    cur.execute("RELEASE event")
+    return applied
+
+
+def _is_store_failure(exc: Exception) -> bool:
+    """A failure of the database itself (disk full, I/O): the batch is retried, not judged."""
+    return isinstance(exc, apsw.Error) and not isinstance(exc, APPLY_ERRORS)
+
+
+def _refusal(exc: Exception, event: Event) -> str:
+    if isinstance(exc, APPLY_ERRORS):
+        return str(exc)
+    # An applier bug must not stop the writer on every restart (the entry would come back
+    # each time): set the event aside, loudly, so it can be replayed once fixed.
+    logger.error("applier failed on event %s (%s)", event.id, event.type, exc_info=exc)
+    return f"{event.type}: cannot be applied ({type(exc).__name__}: {exc})"
+
+
+def _reject(cur: apsw.Cursor, item: Decoded, reason: str, now: str, result: BatchResult) -> None:
+    reason = rejected.bounded_reason(reason)
+    rejected.record(cur, item.stream, item.stream_id, item.raw, reason, now, item.replay_of)
+    result.rejected += 1
+    if item.sender is not None:
+        event_id, event_type = ((item.event.id, item.event.type) if item.event is not None
+                                else claimed(item.raw))
+        result.reports.append((item.sender, Rejection(
+            event_id=event_id, event_type=event_type, reason=reason, entry_id=item.stream_id)))
+    log(logger, "event rejected", logging.WARNING, stream_id=item.stream_id, reason=reason)

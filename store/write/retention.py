@@ -1,0 +1,79 @@
+"""The writer's retention pass: once per ``[retention] interval_hours``, messages older
+than ``messages_days`` and the records of forgets older than ``forgotten_days`` are
+erased through ``retention.applied`` events (store/projections/retention.py).
+
+The writer makes the events itself and applies each in its own transaction
+(:meth:`Writer.apply_local`), so the log says when retention ran, on which sessions and
+with which cutoffs, and a rebuild replays it like any other event. The pass runs with
+the writer's reconcile passes (``[writer] reconcile_interval_s``), at start and then
+whenever ``interval_hours`` have gone by; it logs events only when something is due, one
+per :data:`~memq.events.rules.MAX_RETENTION_SESSIONS` sessions. Its follow-up is a
+forget's: the RQ jobs that carry the erased text are deleted, the WAL is truncated, the
+outcome is published under ``memq:erased:<event id>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from memq.clock import now_utc, to_rfc3339, uuid7
+from memq.events import Event, EventType
+from memq.events.rules import MAX_RETENTION_SESSIONS
+from memq.logs import log
+from memq.store.write.writer import Writer
+
+logger = logging.getLogger("memq.writer")
+
+# Sessions with a message past the cutoff that no summary stands for (summaries are kept).
+_DUE_SESSIONS = """
+    SELECT DISTINCT session_id FROM messages WHERE created_at < ?
+      AND id NOT IN (SELECT summary_id FROM summary_sources) ORDER BY session_id"""
+
+
+class RetentionPass:
+    """A reconciler of the writer (``writer.reconcilers``)."""
+
+    def __init__(self, writer: Writer) -> None:
+        self.writer = writer
+        self.settings = writer.config.retention
+        self.next_at = 0.0
+        """When the pass looks again (monotonic seconds); 0: at the first reconcile."""
+
+    def __call__(self) -> None:
+        on = self.settings.messages_days > 0 or self.settings.forgotten_days > 0
+        if not on or time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.settings.interval_hours * 3600
+        for payload in self._payloads():
+            event = Event(uuid7(), EventType.RETENTION_APPLIED, None, to_rfc3339(now_utc()),
+                          payload)
+            effects = self.writer.apply_local([event])
+            for hook in self.writer.after_commit:
+                hook(effects)
+            log(logger, "retention applied", event_id=event.id,
+                sessions=len(payload.get("sessions", ())),
+                **{k: v for k, v in payload.items() if k != "sessions"})
+
+    def _payloads(self) -> list[dict[str, Any]]:
+        payloads: list[dict[str, Any]] = []
+        if self.settings.messages_days > 0:
+            cutoff = _days_ago(self.settings.messages_days)
+            due = [str(r[0]) for r in self.writer.conn.execute(_DUE_SESSIONS, (cutoff,))]
+            payloads += [{"messages_before": cutoff,
+                          "sessions": due[i:i + MAX_RETENTION_SESSIONS]}
+                         for i in range(0, len(due), MAX_RETENTION_SESSIONS)]
+        if self.settings.forgotten_days > 0:
+            cutoff = _days_ago(self.settings.forgotten_days)
+            row = self.writer.conn.execute(
+                "SELECT 1 FROM erasures WHERE created_at < ? AND kind IN ('session', 'user') "
+                "LIMIT 1", (cutoff,)).fetchone()
+            if row is not None:
+                payloads.append({"forgotten_before": cutoff})
+        return payloads
+
+
+def _days_ago(days: float) -> str:
+    return to_rfc3339(now_utc() - timedelta(days=days))

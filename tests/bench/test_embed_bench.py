@@ -1,0 +1,45 @@
+"""bench/embed.py runs at a tiny size and prints every figure it promises."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import MODEL_DIR, ROOT
+
+pytestmark = [pytest.mark.redis, pytest.mark.model, pytest.mark.slow]
+
+NUMBER = r"([\d.]+)"
+
+
+def test_the_embed_bench_prints_raw_one_and_n_workers_and_the_model_share() -> None:
+    env = {**os.environ, "MEMQ_EMBED_MODEL_DIR": str(MODEL_DIR)}
+    done = subprocess.run(
+        [sys.executable, "bench/embed.py", "--mix", "agent", "--messages", "24",
+         "--workers", "2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert re.search(r"--mix agent: 24 messages \(.*tool outputs.*\); \d+ distinct", out)
+    assert re.search(rf"\| raw fastembed, arrival order \| {NUMBER} \| 1.00 \|", out)
+    for label in ("pipeline, 1 worker", "pipeline, 2 workers"):
+        row = re.search(rf"\| {label} \| {NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER} "
+                        rf"\| {NUMBER} \| {NUMBER} \|", out)
+        assert row is not None, out
+        assert all(float(v) > 0 for v in row.groups())
+    share = re.search(rf"worker time in the model: {NUMBER}%; counting tokens to plan batches "
+                      rf"{NUMBER}%; elsewhere \(RQ, Redis, events\) (-?[\d.]+)%", out)
+    assert share is not None, out
+    assert 0 < float(share.group(1)) <= 100
+    assert re.search(rf"pipeline, 1 worker / raw fastembed: {NUMBER}x messages/s", out)
+
+
+def test_the_embed_bench_refuses_a_zero_size() -> None:
+    done = subprocess.run([sys.executable, "bench/embed.py", "--messages", "0"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "--messages and --workers must be at least 1" in done.stderr

@@ -1,0 +1,176 @@
+"""``memq mcp`` over stdio and streamable HTTP: started as a process, every tool called
+through the MCP SDK's own client, against a real writer and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from memq import MemoryClient
+from memq.authority import Role
+from memq.config import Config
+from memq.testing import free_port
+from memq.tokens import Tokens
+from tests.conftest import MODEL_DIR, ROOT, memq_command
+
+pytestmark = [pytest.mark.redis, pytest.mark.model]
+
+TOOLS = {"remember", "recall", "facts", "schedule", "forget"}
+
+
+def store_args(config: Config) -> list[str]:
+    return ["--db", config.db_path, "--redis-url", config.redis_url]
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMQ_")}
+    return {**env, "MEMQ_EMBED_MODEL_DIR": str(MODEL_DIR), "OPENBLAS_NUM_THREADS": "1"}
+
+
+async def use_every_tool(server: Any) -> dict[str, Any]:
+    """Call each tool as a model would; returns what each answered."""
+    async with Client(server, read_timeout_seconds=60) as mcp:
+        listed = await mcp.list_tools()
+        answers: dict[str, Any] = {"tools": {t.name: t.description for t in listed.tools}}
+
+        async def call(tool: str, **arguments: Any) -> Any:
+            result = await mcp.call_tool(tool, arguments)
+            assert not result.is_error, (tool, result.content)
+            return result.structured_content
+
+        answers["remember"] = [await call(
+            "remember", session_id="trip", content=text, user_id="alice", role=role)
+            for role, text in (("user", "I always want a window seat on flights."),
+                               ("assistant", "Noted: window seats from now on."))]
+        answers["recall"] = await call("recall", session_id="trip", query="seat preference")
+        answers["facts"] = await call("facts", category="preferences", key="seat",
+                                      value="window", user_id="alice")
+        answers["facts_listed"] = await call("facts", user_id="alice")
+        answers["schedule"] = await call("schedule", name="checkin", when="in 2 hours",
+                                         prompt="Remind alice to check in")
+        slip = await call("remember", session_id="trip", content="my card ends in 4242")
+        answers["forget_one"] = await call("forget", session_id="trip",
+                                           message_id=slip["message_id"])
+        answers["after_one"] = await call("recall", session_id="trip", query="card")
+        answers["forget"] = await call("forget", session_id="trip")
+        bad = await mcp.call_tool("remember", {"session_id": "bad\nid", "content": "x"})
+        answers["bad"] = (bad.is_error, bad.content[0].text)  # type: ignore[union-attr]
+    return answers
+
+
+def check_answers(answers: dict[str, Any], config: Config) -> None:
+    assert set(answers["tools"]) == TOOLS
+    assert all(len(text) > 80 for text in answers["tools"].values())  # written for a model
+    recalled = answers["recall"]["result"]
+    assert [i["content"] for i in recalled] == ["I always want a window seat on flights.",
+                                               "Noted: window seats from now on."]
+    assert "recency" in recalled[0]["branches"]  # each item says why it is there
+    assert [(f["key"], f["value"]) for f in answers["facts"]["result"]] == [("seat", "window")]
+    assert answers["facts_listed"]["result"] == answers["facts"]["result"]
+    assert answers["forget_one"]["forgotten"] != "trip"  # the turn's id
+    assert "4242" not in str(answers["after_one"]["result"])
+    assert len(answers["after_one"]["result"]) == 2  # the other turns stay
+    assert answers["forget"]["forgotten"] == "trip"
+    assert answers["bad"] == (True, "Error executing tool remember: session_id contains a "
+                                    "control character")
+    with MemoryClient(config=config) as memory:
+        assert memory.history("trip") == []
+        assert [t.id for t in memory.tasks()] == [answers["schedule"]["task_id"]]
+        assert [f.value for f in memory.facts("preferences", user_id="alice")] == ["window"]
+
+
+def test_every_tool_over_stdio(config: Config, writer: object) -> None:
+    command = memq_command("mcp", *store_args(config))
+    server = StdioServerParameters(command=command[0], args=command[1:], env=environment(),
+                                   cwd=str(ROOT))
+    check_answers(asyncio.run(use_every_tool(server)), config)
+
+
+@pytest.fixture
+def http_server(config: Config, writer: object) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        memq_command("mcp", "--http", "--port", str(port), "--allow-host", "memq.internal",
+                     *store_args(config)),
+        env=environment(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_listening(port, proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    pytest.fail(f"memq mcp --http did not listen (exit {proc.poll()})")
+
+
+def with_token(url: str, token: str) -> Any:
+    """The SDK's HTTP transport, sending ``token`` as a bearer token."""
+    return streamable_http_client(url, http_client=create_mcp_http_client(
+        headers={"Authorization": f"Bearer {token}"}))
+
+
+def test_every_tool_over_streamable_http(http_server: str, config: Config) -> None:
+    token = Tokens.in_directory(Path(config.db_path).resolve().parent).by_role[Role.AGENT]
+    check_answers(asyncio.run(use_every_tool(with_token(http_server, token))), config)
+
+
+def test_http_refuses_no_token_a_wrong_one_and_a_foreign_host(http_server: str) -> None:
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    for auth in ({}, {"Authorization": "Bearer " + "x" * 43}, {"Authorization": "Basic x"}):
+        answer = httpx.post(http_server, json=hello, headers=auth)
+        assert answer.status_code == 401, auth
+        assert answer.json()["title"] == "AuthenticationFailed"
+        assert answer.headers["www-authenticate"].startswith("Bearer")
+    rebound = httpx.post(http_server, json=hello, headers={"Host": "evil.example"})
+    assert rebound.status_code == 421
+
+
+def test_http_answers_to_an_allowed_host_name(http_server: str, config: Config) -> None:
+    token = Tokens.in_directory(Path(config.db_path).resolve().parent).by_role[Role.ADMIN]
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+    answer = httpx.post(http_server, json=hello, headers={
+        "Host": "memq.internal:8421", "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream"})
+    assert answer.status_code == 200, answer.text
+
+
+def test_without_the_sdk_it_says_which_extra_to_install(config: Config) -> None:
+    env = {**environment(), "PYTHONPATH": str(ROOT / "tests" / "integrations" / "no_mcp")}
+    done = subprocess.run(memq_command("mcp", *store_args(config)), env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr.strip()) == (
+        1, "memq: error: memq mcp needs the MCP SDK: pip install 'memq[mcp]'")
+
+
+def test_http_refuses_to_start_without_its_tokens(config: Config) -> None:
+    directory = Path(config.db_path).resolve().parent
+    (directory / "agent.token").mkdir()  # unreadable as a token: nothing can authenticate
+    done = subprocess.run(memq_command("mcp", "--http", "--port", str(free_port()),
+                                       *store_args(config)),
+                          env=environment(), cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith("memq: error: cannot read ")
+    assert "agent.token" in done.stderr

@@ -1,0 +1,75 @@
+"""Documents through the client: what it refuses before sending, and what it reads back."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memq import MemoryClient, ValidationError
+from memq.producers.documents import matches
+
+pytestmark = pytest.mark.redis
+
+KEYS = itertools.count()
+GENERATED = settings(max_examples=40, deadline=None, derandomize=True,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@GENERATED
+@given(st.lists(st.text(max_size=12), max_size=4), st.text(max_size=12))
+def test_any_namespace_is_stored_as_given_or_refused_with_its_reason(
+        client: MemoryClient, namespace: list[str], key: str) -> None:
+    sent = client.outbox.redis.xlen("memq:inbox")
+    try:
+        client.put_document(namespace, key, {"v": 1})
+        refused = None
+    except ValidationError as exc:
+        refused = str(exc)
+    if refused is not None:
+        assert refused.startswith(("namespace", "key"))
+        assert client.outbox.redis.xlen("memq:inbox") == sent  # nothing was sent
+        return
+    client.flush()
+    found = client.document(namespace, key)
+    assert found is not None
+    assert (found.namespace, found.key, found.value) == (tuple(namespace), key, {"v": 1})
+
+
+@pytest.mark.parametrize(("call", "reason"), [
+    (lambda c: c.put_document(("n",), "k", ["not", "a", "dict"]), "value must be a dict"),
+    (lambda c: c.put_document(("n",), "k", {}, ttl_minutes="5"), "ttl_minutes"),
+    (lambda c: c.put_document(("n",), "k", {}, ttl_minutes=-1), "ttl_minutes"),
+    (lambda c: c.put_document("n", "k", {}), "namespace must be a tuple"),
+    (lambda c: c.put_document(("a.b",), "k", {}), "label with a '.'"),
+    (lambda c: c.put_document(("n",), "k", {}, user_id=" "), "user_id"),
+    (lambda c: c.search_documents(("n",), limit=0), "limit"),
+    (lambda c: c.search_documents(("n",), offset=-1), "offset"),
+    (lambda c: c.search_documents(("n",), filter={"x": {"$regex": "a"}}), "operator"),
+])
+def test_bad_calls_are_refused_with_the_problem_named(client: MemoryClient, call: Any,
+                                                      reason: str) -> None:
+    client.put_document(("n",), "k0", {"x": 1})
+    client.flush()
+    with pytest.raises(ValidationError, match=reason):
+        call(client)
+
+
+@GENERATED
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                    max_leaves=6))
+def test_a_value_matches_itself_field_by_field(value: Any) -> None:
+    assert matches(value, value)
+    if isinstance(value, dict) and value:
+        assert not matches(value, {**value, "\x00absent": 1})
+
+
+def test_filter_operators_compare_numbers_only() -> None:
+    assert matches({"n": 3}, {"n": {"$gt": 2, "$lte": 3}})
+    assert not matches({"n": "3"}, {"n": {"$gt": 2}})
+    assert not matches({"n": True}, {"n": {"$gte": 1}})
+    assert matches({"n": None}, {"n": {"$ne": 1}})

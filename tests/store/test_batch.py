@@ -1,0 +1,95 @@
+"""Applying a batch: a redelivered event is a no-op on the fast path and on the careful one.
+
+The careful path (one savepoint per event) runs when the fast path meets an event it
+cannot apply; it inserts each event on its own, so it relies on the log's duplicate check
+event by event. A redelivered batch that also holds a bad event must apply nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memq.clock import uuid7
+from memq.events import Event, EventType
+from tests.store.eventlog import EventLog, at, event
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[EventLog]:
+    opened = EventLog(tmp_path)
+    yield opened
+    opened.close()
+
+
+def first_batch() -> list[Event]:
+    """Two tool calls (one learned macro), its use, a message, a fact."""
+    return [
+        event(EventType.MACRO_OBSERVED, {"tool": "read_file", "args": {"path": "a.py"}},
+              session="s1", created_at=at(1)),
+        event(EventType.MACRO_OBSERVED, {"tool": "edit_file", "args": {"path": "a.py"}},
+              session="s1", created_at=at(2)),
+        event(EventType.MACRO_USED, {"macro_id": 1}, created_at=at(3)),
+        message("hello", at(4)),
+        event(EventType.FACT_SET, {"category": "user", "key": "tz", "value": "UTC",
+                                   "source": "agent"}, created_at=at(5)),
+    ]
+
+
+def message(text: str, when: str) -> Event:
+    return event(EventType.MESSAGE_APPENDED, {"message_id": uuid7(), "role": "user",
+                                              "content": text, "importance": 0.5},
+                 session="s1", created_at=when)
+
+
+def state(log: EventLog) -> dict[str, Any]:
+    return {
+        "macros": log.rows("SELECT trigger_tool, trigger_args_pattern, next_tool, "
+                           "transition_count, trigger_count, used_count FROM macros ORDER BY 1, 2"),
+        "messages": log.rows("SELECT content FROM messages ORDER BY seq"),
+        "facts": log.rows("SELECT category, key, value, updated_at FROM facts"),
+        "events": log.rows("SELECT count(*) FROM events"),
+    }
+
+
+def test_a_redelivered_batch_is_a_no_op_on_the_fast_path(log: EventLog) -> None:
+    events = first_batch()
+    assert log.send(*events).applied == 5
+    before = state(log)
+    result = log.send(*events)
+    assert (result.applied, result.duplicates, result.rejected) == (0, 5, 0)
+    assert state(log) == before
+
+
+def test_a_redelivered_event_is_not_applied_again_on_the_careful_path(log: EventLog) -> None:
+    events = first_batch()
+    log.send(*events)
+    before = state(log)
+    assert before["macros"] == [("read_file", "*", "edit_file", 1, 1, 0),
+                                ("read_file", '{"path":"<path>"}', "edit_file", 1, 1, 1)]
+    # The same events again, with a new one and one the writer cannot apply (a use of a
+    # macro that does not exist), which sends the batch down the careful path.
+    new = message("a new turn", at(6))
+    bad = event(EventType.MACRO_USED, {"macro_id": 999}, created_at=at(7))
+    result = log.send(*events, new, bad)
+    assert (result.applied, result.duplicates, result.rejected) == (1, 5, 1)
+    assert result.size == 7  # every entry is counted once, whatever became of it
+    assert log.rejections() == ["unknown macro 999"]
+    after = state(log)
+    assert after["macros"] == before["macros"]  # counted once, used once
+    assert after["facts"] == before["facts"]
+    assert after["messages"] == [*before["messages"], ("a new turn",)]
+    assert after["events"] == [(before["events"][0][0] + 1,)]
+    log.assert_rebuild_equal()
+
+
+def test_the_same_event_twice_in_one_careful_batch_is_applied_once(log: EventLog) -> None:
+    use = event(EventType.MACRO_USED, {"macro_id": 1}, created_at=at(3))
+    log.send(*first_batch()[:2])
+    bad = event(EventType.MACRO_USED, {"macro_id": 999}, created_at=at(7))
+    result = log.send(use, use, bad)
+    assert (result.applied, result.duplicates, result.rejected) == (1, 1, 1)
+    assert {row[5] for row in state(log)["macros"]} == {1, 0}

@@ -1,0 +1,295 @@
+"""Retention of forgotten data: ``retention.applied`` removes the records of old forgets.
+
+The applier is driven through the writer's batch code (tests/store/eventlog.py); the
+periodic pass runs in a real writer, with a real Redis and a client.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from memq import MemoryClient
+from memq.cli import main
+from memq.clock import uuid7
+from memq.config import Config, RetentionConfig, WriterConfig
+from memq.errors import ConfigError
+from memq.events import Event, EventType
+from memq.testing import WriterThread
+from tests.store.eventlog import EventLog, at, event
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[EventLog]:
+    opened = EventLog(tmp_path)
+    yield opened
+    opened.close()
+
+
+def append(session: str, text: str, minute: int, **owner: Any) -> Event:
+    return event(EventType.MESSAGE_APPENDED, {
+        "message_id": uuid7(), "role": "user", "content": text, "importance": 0.5, **owner},
+        session=session, created_at=at(minute))
+
+
+def forgotten_records(log: EventLog) -> dict[str, int]:
+    return {
+        "tombstones": log.rows("SELECT count(*) FROM events WHERE erased_by IS NOT NULL")[0][0],
+        "forgets": log.rows("SELECT count(*) FROM events WHERE type LIKE '%.forgotten'")[0][0],
+        "erased_messages": log.rows("SELECT count(*) FROM erased_messages")[0][0],
+        "erasures": log.rows("SELECT count(*) FROM erasures WHERE kind <> 'retention'")[0][0],
+    }
+
+
+def retention(before: str) -> Event:
+    return event(EventType.RETENTION_APPLIED, {"forgotten_before": before},
+                 created_at=at(50))
+
+
+def test_old_forgets_lose_their_records_young_ones_keep_them(log: EventLog) -> None:
+    log.send(append("a", "old secret", 0, user_id="u1"), append("b", "young secret", 1),
+             append("c", "bystander", 2, user_id="u2"))
+    log.send(event(EventType.SESSION_FORGOTTEN, {}, session="a", created_at=at(10)))
+    log.send(event(EventType.SESSION_FORGOTTEN, {}, session="b", created_at=at(30)))
+    log.send(append("b", "a turn after the forget", 31))
+    assert forgotten_records(log) == {"tombstones": 2, "forgets": 2, "erased_messages": 2,
+                                      "erasures": 2}
+    result = log.send(retention(at(20)))  # only the forget of "a" is older
+    assert [e.event_id for e in result.effects.erased] != []
+    assert forgotten_records(log) == {"tombstones": 1, "forgets": 1, "erased_messages": 1,
+                                      "erasures": 1}
+    sessions = {r[0] for r in log.rows("SELECT session_id FROM sessions")}
+    assert sessions == {"b", "c"}  # a's lone mark went; b has a turn since its forget
+    assert log.rows("SELECT type FROM events WHERE session_id = 'a'") == []
+    log.assert_rebuild_equal()
+    log.send(retention(at(59)))
+    assert forgotten_records(log) == dict.fromkeys(("tombstones", "forgets",
+                                                    "erased_messages", "erasures"), 0)
+    assert [r[0] for r in log.rows("SELECT content FROM messages ORDER BY seq")] == [
+        "bystander", "a turn after the forget"]
+    log.assert_rebuild_equal()
+
+
+def test_a_user_forget_goes_with_its_fact_tombstones(log: EventLog) -> None:
+    log.send(append("a", "hello", 0, user_id="u1"),
+             event(EventType.FACT_SET, {"category": "c", "key": "k", "value": "v",
+                                        "source": "agent", "user_id": "u1"}))
+    log.send(event(EventType.USER_FORGOTTEN, {"user_id": "u1"}, created_at=at(10)))
+    log.send(retention(at(20)))
+    assert forgotten_records(log)["tombstones"] == 0
+    assert log.rows("SELECT count(*) FROM events")[0][0] == 1  # the retention event alone
+    log.assert_rebuild_equal()
+
+
+def test_nothing_old_enough_changes_nothing(log: EventLog) -> None:
+    log.send(append("a", "hello", 0))
+    log.send(event(EventType.SESSION_FORGOTTEN, {}, session="a", created_at=at(10)))
+    before = forgotten_records(log)
+    result = log.send(retention(at(5)))
+    assert result.effects.erased == []
+    assert forgotten_records(log) == before
+
+
+def summary(session: str, sources: list[Event], text: str, minute: int) -> Event:
+    return event(EventType.SESSION_CONSOLIDATED, {
+        "summary_id": uuid7(), "content": text, "importance": 0.7,
+        "source_ids": [e.payload["message_id"] for e in sources]},
+        session=session, created_at=at(minute))
+
+
+def embedded(message: Event) -> Event:
+    return event(EventType.MESSAGE_EMBEDDED, {
+        "message_id": message.payload["message_id"], "model": "m", "dim": 1,
+        "vector_b64": "AACAPw=="})
+
+
+def expire(before: str, *sessions: str) -> Event:
+    return event(EventType.RETENTION_APPLIED, {"messages_before": before,
+                                               "sessions": list(sessions)}, created_at=at(58))
+
+
+def test_old_messages_go_their_summaries_stay(log: EventLog) -> None:
+    turns = [append("a", f"secret turn {i} " * 20, i, user_id="u1", agent_id="x")
+             for i in range(6)]
+    other = append("b", "secret of another session", 0, user_id="u2")
+    log.send(*turns, other, *[embedded(t) for t in turns])
+    log.send(summary("a", turns[:4], "the first four turns, short", 30))
+    result = log.send(expire(at(4), "a"))
+    contents = {r[0] for r in log.rows("SELECT content FROM messages")}
+    assert contents == {"the first four turns, short", "secret of another session",
+                        turns[4].payload["content"], turns[5].payload["content"]}
+    assert len(result.effects.erased[0].message_ids) == 4
+    [(count, started, owner)] = log.rows(
+        "SELECT message_count, started_at, user_id FROM sessions WHERE session_id = 'a'")
+    assert (count, started, owner) == (2, at(0), "u1")  # the summary starts where they did
+    payloads = [r[0] for r in log.rows("SELECT payload FROM events WHERE erased_by IS NOT NULL")]
+    assert payloads == ["{}"] * 8  # four appends, four embeddings
+    assert log.rows("SELECT count(*) FROM events WHERE payload LIKE '%secret turn 0%'") == [(0,)]
+    assert log.rows("SELECT count(*) FROM erased_messages WHERE created_at IS NOT NULL") == [
+        (4,)]
+    log.assert_rebuild_equal()
+
+
+def test_a_session_left_empty_keeps_only_its_mark(log: EventLog) -> None:
+    log.send(append("a", "one", 0, user_id="u1"), append("a", "two", 1))
+    result = log.send(expire(at(10), "a"))
+    [(changed, count, owner, last)] = log.rows(
+        "SELECT changed_seq, message_count, user_id, last_active_at FROM sessions")
+    assert (count, owner, last) == (0, None, None)
+    assert changed == result.effects.erased[0].seq
+    log.assert_rebuild_equal()
+
+
+def test_a_summary_arriving_after_retention_is_tombstoned(log: EventLog) -> None:
+    turns = [append("a", f"turn {i} " * 20, i, user_id="u1") for i in range(3)]
+    log.send(*turns)
+    log.send(expire(at(10), "a"))
+    late = summary("a", turns, "late summary of expired turns", 30)
+    log.send(late)
+    assert log.rows("SELECT payload FROM events WHERE event_id = ?", late.id) == [("{}",)]
+    assert log.rows("SELECT count(*) FROM messages") == [(0,)]
+    log.assert_rebuild_equal()
+
+
+def test_then_forgotten_records_go_but_retentions_stay(log: EventLog) -> None:
+    turns = [append("a", f"turn {i} " * 20, i, user_id="u1") for i in range(3)]
+    log.send(*turns, append("b", "bye", 0, user_id="u2"))
+    log.send(summary("a", turns[:2], "summary of two", 20))
+    log.send(expire(at(5), "a"))
+    log.send(event(EventType.SESSION_FORGOTTEN, {}, session="b", created_at=at(30)))
+    log.send(retention(at(59)))
+    assert log.rows("SELECT kind FROM erasures ORDER BY seq") == [("retention",)] * 2
+    assert log.rows("SELECT count(*) FROM erased_messages") == [(3,)]  # a's, not b's
+    log.assert_rebuild_equal()
+
+
+@pytest.mark.parametrize("payload", [
+    {}, {"messages_before": at(1)}, {"sessions": ["a"]},
+    {"forgotten_before": at(1), "sessions": ["a"]}])
+def test_an_incomplete_event_is_set_aside(log: EventLog, payload: dict[str, Any]) -> None:
+    log.send(event(EventType.RETENTION_APPLIED, payload))
+    assert any("retention.applied" in reason for reason in log.rejections())
+
+
+def test_messages_must_outlive_consolidation() -> None:
+    with pytest.raises(ConfigError, match="before consolidation may summarise them"):
+        Config(retention=RetentionConfig(messages_days=0.5))
+    Config(retention=RetentionConfig(messages_days=2))  # 48 h > min_age_hours 24
+
+
+@pytest.mark.parametrize("values", [
+    {"forgotten_days": -1.0}, {"forgotten_days": float("nan")}, {"interval_hours": 0.0},
+    {"messages_days": -2.0}, {"messages_days": float("inf")},
+    {"interval_hours": 10_000.0}])
+def test_bad_settings_are_refused(values: dict[str, float]) -> None:
+    with pytest.raises(ConfigError, match=r"\[retention\] value\(s\) out of range"):
+        RetentionConfig(**values)
+
+
+@pytest.mark.redis
+def test_the_writer_applies_retention_on_its_own(config: Config) -> None:
+    """A real writer with `[retention] forgotten_days` of about a second: the records of a
+    forget go by themselves, through an event in the log; the rest stays."""
+    config = config.replace(
+        writer=WriterConfig(reconcile_interval_s=0.1),
+        retention=RetentionConfig(forgotten_days=1 / 86_400, interval_hours=0.1 / 3600))
+    with WriterThread(config), MemoryClient(config=config) as client:
+        client.append("old", "user", "forget me", user_id="u1")
+        client.append("other", "user", "keep me", user_id="u2")
+        client.flush()
+        client.wait_forgotten(client.forget_session("old"))
+        connection = redis.Redis.from_url(config.redis_url)
+        deadline = time.monotonic() + 30
+        while _count(config, "SELECT count(*) FROM erasures WHERE kind = 'session'"):
+            assert time.monotonic() < deadline, "retention never ran"
+            time.sleep(0.1)
+        [(event_id,)] = _rows(config, "SELECT event_id FROM events "
+                                      "WHERE type = 'retention.applied'")
+        while not connection.exists(f"memq:erased:{event_id}"):  # WAL truncated: done
+            assert time.monotonic() < deadline, "the retention pass never finished"
+            time.sleep(0.05)
+        assert [m.content for m in client.history("other")] == ["keep me"]
+        assert _count(config, "SELECT count(*) FROM events WHERE erased_by IS NOT NULL") == 0
+        assert _count(config, "SELECT count(*) FROM events WHERE type = "
+                              "'session.forgotten'") == 0
+    assert main(["rebuild", "--check", "--db", config.db_path]) == 0
+
+
+@pytest.mark.redis
+def test_the_writer_erases_old_messages_everywhere(config: Config) -> None:
+    """`[retention] messages_days` of about a second: old turns (and the queued embedding
+    jobs that carry them) are erased from the database file, its WAL and Redis."""
+    from datetime import UTC, datetime, timedelta
+
+    from memq.config import ConsolidationConfig
+    from tests.producers.test_forget import redis_bytes
+
+    marker = "qzvretention5521"
+    config = config.replace(
+        writer=WriterConfig(reconcile_interval_s=0.1),
+        consolidation=ConsolidationConfig(min_age_hours=0),
+        retention=RetentionConfig(messages_days=1 / 86_400, interval_hours=0.1 / 3600))
+    old = datetime.now(UTC) - timedelta(days=3)
+    with WriterThread(config), MemoryClient(config=config) as client:
+        for i in range(3):
+            client.append("old", "user", f"my code is {marker} ({i})", user_id="u1",
+                          created_at=old + timedelta(minutes=i))
+        client.flush()
+        connection = redis.Redis.from_url(config.redis_url)
+        deadline = time.monotonic() + 30
+        while not _rows(config, "SELECT event_id FROM erasures WHERE kind = 'retention'"):
+            assert time.monotonic() < deadline, "retention never ran"
+            time.sleep(0.1)
+        [(event_id,)] = _rows(config, "SELECT event_id FROM erasures")
+        while not connection.exists(f"memq:erased:{event_id}"):
+            assert time.monotonic() < deadline, "the retention pass never finished"
+            time.sleep(0.05)
+        assert client.history("old") == []
+        assert client.sessions(user_id="u1") == []
+        keys = sorted({name for name, value in redis_bytes(connection)
+                       if marker.encode() in value})
+    files = [p for p in (config.db_path, f"{config.db_path}-wal")
+             if Path(p).exists() and marker.encode() in Path(p).read_bytes()]
+    assert (files, keys) == ([], [])
+    assert main(["rebuild", "--check", "--db", config.db_path]) == 0
+
+
+@pytest.mark.redis
+def test_without_a_setting_the_records_stay(config: Config) -> None:
+    config = config.replace(writer=WriterConfig(reconcile_interval_s=0.1))
+    with WriterThread(config), MemoryClient(config=config) as client:
+        client.append("old", "user", "forget me", user_id="u1")
+        client.wait_forgotten(client.forget_session("old"))
+        time.sleep(0.5)  # several reconcile passes
+    assert _count(config, "SELECT count(*) FROM erasures") == 1
+    assert _count(config, "SELECT count(*) FROM events WHERE type = 'retention.applied'") == 0
+
+
+def _rows(config: Config, sql: str) -> list[tuple[Any, ...]]:
+    import apsw
+
+    conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [tuple(r) for r in conn.execute(sql)]
+    finally:
+        conn.close()
+
+
+def _count(config: Config, sql: str) -> int:
+    return int(_rows(config, sql)[0][0])
+
+
+def test_young_turns_keep_the_owner_an_erased_one_gave_their_session(log: EventLog) -> None:
+    """A turn that named no owner inherited the session's: a rebuild, which no longer sees
+    the erased turn that fixed it, must give it the same (and accept a later turn naming
+    it), from what ``erased_messages`` kept."""
+    log.send(append("a", "old", 0, user_id="u1", agent_id="x"), append("a", "young", 20),
+             append("a", "young again", 21, user_id="u1"))
+    log.send(expire(at(10), "a"))
+    assert log.rows("SELECT DISTINCT user_id, agent_id FROM messages") == [("u1", "x")]
+    log.assert_rebuild_equal()
