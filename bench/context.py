@@ -27,6 +27,7 @@ shares its cores with the embedding model should.
 from __future__ import annotations
 
 import os
+import sys
 
 # Before numpy is imported, or the BLAS library has already started its threads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -41,6 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import private_redis
 from memq import MemoryClient
 from memq.clock import to_rfc3339, uuid7
 from memq.config import Config, EmbedConfig, RetrievalConfig
@@ -257,9 +261,12 @@ def main() -> None:
     q50, q95 = percentiles(query_times)
     print(f"query embedding (uncached, one query): p50 {q50:.2f} ms  p95 {q95:.2f} ms")
     qvecs = list(embedder.embed(QUERIES))
-    with tempfile.TemporaryDirectory(prefix="memq-bench-") as tmp:
+    # The client checks the database against its Redis keyspace: a private Redis, so that
+    # whatever another memq left in a shared one cannot fail the run.
+    with tempfile.TemporaryDirectory(prefix="memq-bench-") as tmp, private_redis() as url:
         for n in (int(s) for s in args.sizes.split(",")):
-            run_size(n, base, texts, qvecs, config, args.calls, args.naive_calls, Path(tmp))
+            run_size(n, base, texts, qvecs, config.replace(redis_url=url), args.calls,
+                     args.naive_calls, Path(tmp))
 
 
 if __name__ == "__main__":
