@@ -79,6 +79,12 @@ def client(config: Config, writer: WriterThread) -> Iterator[MemoryClient]:
         yield memory
 
 
+def store_args(config: Config) -> list[str]:
+    """A command's options for the test's database and the Redis its writer uses: never
+    the default Redis, whose keyspace another memq on the machine may have claimed."""
+    return ["--db", config.db_path, "--redis-url", config.redis_url]
+
+
 def memq_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "memq", *args]
 

@@ -9,7 +9,7 @@ import pytest
 
 from memq import MemoryClient
 from memq.config import Config
-from tests.conftest import ROOT, memq_command
+from tests.conftest import ROOT, memq_command, store_args
 from tests.embedding_events import send_embeddings
 
 pytestmark = pytest.mark.redis
@@ -29,7 +29,7 @@ def test_json_carries_branches_and_scores(client: MemoryClient, config: Config) 
     client.flush()
     send_embeddings(client, ids[:1], Embedder(config.embed).embed(texts[:1]))
     done = run("context", "s1", "--query", "Where does my sister Ana live?", "--json",
-               "--profile", "tri-hybrid", "--db", config.db_path, "--model-dir",
+               "--profile", "tri-hybrid", *store_args(config), "--model-dir",
                config.embed.model_dir)
     assert done.returncode == 0, done.stderr
     shown = orjson.loads(done.stdout)  # one object, as `memq status --json` prints
@@ -43,7 +43,7 @@ def test_json_carries_branches_and_scores(client: MemoryClient, config: Config) 
     assert items[-1]["scores"] == {"recency": 1.0}
     assert all(item["semantic_partial"] for item in items)  # the fillers have no vector
     text = run("context", "s1", "--query", "Where does my sister Ana live?",
-               "--profile", "tri-hybrid", "--db", config.db_path, "--model-dir",
+               "--profile", "tri-hybrid", *store_args(config), "--model-dir",
                config.embed.model_dir)
     assert "semantic search was partial: some turns have no vector yet" in text.stdout
 
@@ -52,7 +52,7 @@ def test_text_output_names_each_branch(client: MemoryClient, config: Config) -> 
     client.append("s1", "user", "remember this", importance=0.9)
     client.append("s1", "assistant", "noted")
     client.flush()
-    done = run("context", "s1", "--db", config.db_path)
+    done = run("context", "s1", *store_args(config))
     assert done.returncode == 0, done.stderr
     assert "[recency,importance] recency=2 importance=0.9" in done.stdout
     assert "remember this" in done.stdout
@@ -62,7 +62,7 @@ def test_text_output_names_each_branch(client: MemoryClient, config: Config) -> 
 def test_an_empty_session_says_so(client: MemoryClient, config: Config) -> None:
     client.append("s1", "user", "x")
     client.flush()
-    done = run("context", "nobody", "--db", config.db_path)
+    done = run("context", "nobody", *store_args(config))
     assert done.returncode == 0
     assert "no messages in session 'nobody'" in done.stdout
 
@@ -77,7 +77,7 @@ def test_bad_usage_and_bad_arguments(
 ) -> None:
     client.append("s1", "user", "x")
     client.flush()
-    done = run("context", *args, "--db", config.db_path)
+    done = run("context", *args, *store_args(config))
     assert done.returncode == code
     assert fragment in done.stderr
     assert "Traceback" not in done.stderr
@@ -98,11 +98,11 @@ def test_text_output_shows_escape_sequences_instead_of_running_them(
 ) -> None:
     client.append("s1", "user", f"before {ESCAPES} after")
     client.flush()
-    done = run("context", "s1", "--db", config.db_path)
+    done = run("context", "s1", *store_args(config))
     assert done.returncode == 0, done.stderr
     assert not any(ch in done.stdout for ch in "\x1b\x07\x9b\u202e\r")
     assert r"before \x1b[2J\x1b]0;owned\x07\x9b31m\u202eevil after" in done.stdout  # \r: a space
-    as_json = run("context", "s1", "--json", "--db", config.db_path)
+    as_json = run("context", "s1", "--json", *store_args(config))
     [item] = orjson.loads(as_json.stdout)["items"]
     assert item["content"] == f"before {ESCAPES} after"  # --json keeps the text exact
 
@@ -119,7 +119,7 @@ def test_user_scope_shows_the_users_other_sessions_and_nobody_elses(
     client.flush()
     send_embeddings(client, ids, Embedder(config.embed).embed([t for _, _, t in turns]))
     done = run("context", "a2", "--query", "What is my dog called?", "--scope", "user",
-               "--profile", "recall", "--json", "--db", config.db_path,
+               "--profile", "recall", "--json", *store_args(config),
                "--model-dir", config.embed.model_dir)
     assert done.returncode == 0, done.stderr
     shown = orjson.loads(done.stdout)
@@ -127,9 +127,9 @@ def test_user_scope_shows_the_users_other_sessions_and_nobody_elses(
     assert {item["session_id"] for item in shown["items"]} == {"a1", "a2"}
     assert "Max" not in done.stdout
     text = run("context", "a2", "--query", "What is my dog called?", "--scope", "user",
-               "--profile", "recall", "--db", config.db_path, "--model-dir",
+               "--profile", "recall", *store_args(config), "--model-dir",
                config.embed.model_dir)
     assert f"a1/{ids[0]}" in text.stdout  # each item names its session
-    bad = run("context", "a2", "--scope", "everyone", "--db", config.db_path)
+    bad = run("context", "a2", "--scope", "everyone", *store_args(config))
     assert bad.returncode == 2
     assert "invalid choice: 'everyone'" in bad.stderr

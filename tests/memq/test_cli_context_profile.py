@@ -9,7 +9,7 @@ import pytest
 
 from memq import MemoryClient
 from memq.config import Config
-from tests.conftest import ROOT, memq_command
+from tests.conftest import ROOT, memq_command, store_args
 
 pytestmark = [pytest.mark.redis, pytest.mark.model]
 
@@ -31,7 +31,7 @@ def fill(client: MemoryClient) -> list[str]:
 def test_recall_profile_items_explain_themselves(client: MemoryClient, config: Config) -> None:
     ids = fill(client)
     done = run("context", "s1", "--query", "When is the ferry to Skye?", "--profile", "recall",
-               "--json", "--db", config.db_path, "--model-dir", config.embed.model_dir)
+               "--json", *store_args(config), "--model-dir", config.embed.model_dir)
     assert done.returncode == 0, done.stderr
     items = {item["id"]: item for item in orjson.loads(done.stdout)["items"]}
     assert items[ids[3]]["branches"] == ["lexical"]  # nothing embedded: no semantic evidence
@@ -39,14 +39,14 @@ def test_recall_profile_items_explain_themselves(client: MemoryClient, config: C
     assert items[ids[3]]["fused"] == pytest.approx(0.5)
     assert items[ids[4]]["neighbour_of"] == ids[3]
     text = run("context", "s1", "--query", "ferry", "--profile", "recall",
-               "--db", config.db_path, "--model-dir", config.embed.model_dir)
+               *store_args(config), "--model-dir", config.embed.model_dir)
     assert f"after={ids[3]}" in text.stdout
     assert "[lexical] lexical=" in text.stdout
 
 
 def test_an_unknown_profile_is_a_one_line_error(client: MemoryClient, config: Config) -> None:
     fill(client)
-    done = run("context", "s1", "--profile", "best", "--db", config.db_path)
+    done = run("context", "s1", "--profile", "best", *store_args(config))
     assert done.returncode == 2  # a usage error, like any other bad option
     assert "argument --profile: unknown profile 'best' (known: recall, tri-hybrid)" \
         in done.stderr

@@ -26,6 +26,7 @@ from memq.cli import main
 from memq.config import Config
 from memq.embedding import Embedder
 from memq.errors import ValidationError
+from tests.conftest import store_args
 from tests.embedding_events import send_embeddings
 from tests.producers.serving import LOCAL_CLIENTS, serving
 
@@ -268,14 +269,14 @@ def _everything_read(client: MemoryClient, config: Config, user: str) -> str:
         client.fact_history("security", "locker", user_id=user),
     ]
     db = ["--db", config.db_path]
-    commands = [*(["context", session, "--query", "locker code", "--scope", scope, "--json"]
-                  for scope in ("session", "user", "agent")),
-                ["sessions", "--user", user, "--json"],
-                ["facts", "list", "--user", user, "--json"],
-                ["facts", "history", "security", "locker", "--user", user, "--json"]]
+    commands = [*(["context", session, "--query", "locker code", "--scope", scope, "--json",
+                   *store_args(config)] for scope in ("session", "user", "agent")),
+                ["sessions", "--user", user, "--json", *db],
+                ["facts", "list", "--user", user, "--json", *db],
+                ["facts", "history", "security", "locker", "--user", user, "--json", *db]]
     for command in commands:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            assert main([*command, *db]) == 0, command
+            assert main(command) == 0, command
         reads.append(out.getvalue())
     return "\n".join(_shown(read) for read in reads)
