@@ -197,9 +197,9 @@ class AsyncMemoryClient(
             raise
 
     async def history(self, session_id: str, limit: int = 50, *, before: str | None = None,
-                      after: str | None = None) -> list[Message]:
+                      after: str | None = None, summaries: bool = True) -> list[Message]:
         """A page of a session's messages, oldest first (see ``MemoryClient.history``)."""
-        return await self._run(self._history_op(session_id, limit, before, after))
+        return await self._run(self._history_op(session_id, limit, before, after, summaries))
 
     async def get_context(self, session_id: str, query: str | None = None,
                           scope: str = "session") -> list[ContextItem]:

@@ -159,7 +159,7 @@ class MemoryClient(
 
     def history(
         self, session_id: str, limit: int = 50, *,
-        before: str | None = None, after: str | None = None,
+        before: str | None = None, after: str | None = None, summaries: bool = True,
     ) -> list[Message]:
         """A page of a session's messages, oldest first: every committed one, whoever wrote
         it, and this client's own turns not committed yet.
@@ -169,5 +169,10 @@ class MemoryClient(
         is the previous page; with ``after=message_id``, the ``limit`` just newer (what
         came since). Raises :class:`~memq.errors.NotFound` if that message is not a
         committed message of the session.
+
+        Consolidation adds summaries (``system`` messages, each where the stretch it
+        summarises begins, beside its sources while they are kept); ``summaries=False``
+        leaves them out: the turns as they were appended, as a framework's session shows
+        them.
         """
-        return self._run(self._history_op(session_id, limit, before, after))
+        return self._run(self._history_op(session_id, limit, before, after, summaries))

@@ -120,8 +120,9 @@ class RemoteMemoryClient:
         return result
 
     def history(self, session_id: str, limit: int = 50, *, before: str | None = None,
-                after: str | None = None) -> list[Message]:
-        result: list[Message] = self._run(calls.history(session_id, limit, before, after))
+                after: str | None = None, summaries: bool = True) -> list[Message]:
+        result: list[Message] = self._run(
+            calls.history(session_id, limit, before, after, summaries))
         return result
 
     def sessions(self, user_id: str | None = None, agent_id: str | None = None, *,

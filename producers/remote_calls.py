@@ -170,8 +170,10 @@ def get_context(session_id: str, query: str | None, scope: str) -> Call:
                 decode=lambda b: [context_item(row) for row in b["items"]])
 
 
-def history(session_id: str, limit: int, before: str | None, after: str | None) -> Call:
-    body = {"session_id": session_id, "limit": limit, "before": before, "after": after}
+def history(session_id: str, limit: int, before: str | None, after: str | None,
+            summaries: bool) -> Call:
+    body = {"session_id": session_id, "limit": limit, "before": before, "after": after,
+            "summaries": summaries}
     return Call("POST", "/v1/history", body, decode=_many("messages", Message))
 
 

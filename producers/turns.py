@@ -118,6 +118,7 @@ class TurnsOps(ContextOps):
 
     def _history_op(
         self, session_id: str, limit: int, before: str | None, after: str | None,
+        summaries: bool = True,
     ) -> Op[list[Message]]:
         check_identifier("session_id", session_id,
                          max_chars=self.config.limits.max_session_id_chars)
@@ -125,6 +126,8 @@ class TurnsOps(ContextOps):
             raise ValidationError(f"limit must be an integer from 1 to 10000, got {shown(limit)}")
         if before is not None and after is not None:
             raise ValidationError("give before or after, not both")
+        if not isinstance(summaries, bool):
+            raise ValidationError(f"summaries must be true or false, got {shown(summaries)}")
         for what, value in (("before", before), ("after", after)):
             if value is not None:
                 check_identifier(what, value)
@@ -132,7 +135,7 @@ class TurnsOps(ContextOps):
         # The commit position before the database, as in WorkingMemory.sync.
         committed = (yield AskPosition()) if pending else None
         rows, anchor = yield Read(_history_rows, (session_id, limit, before, after,
-                                                  bool(pending)))
+                                                  summaries, bool(pending)))
         own = [p.message for p in pending if not p.ticket.settled(committed)]
         return _page(rows, own, anchor, limit, forwards=after is not None)
 
@@ -145,10 +148,11 @@ class TurnsOps(ContextOps):
 
 def _history_rows(
     conn: Reader, session_id: str, limit: int, before: str | None, after: str | None,
-    with_anchor: bool,
+    summaries: bool, with_anchor: bool,
 ) -> tuple[list[Message], Message | None]:
     """A committed page, and the message it is anchored at when own turns need placing."""
-    rows = stored.history(conn, session_id, limit, before=before, after=after)
+    rows = stored.history(conn, session_id, limit, before=before, after=after,
+                          summaries=summaries)
     cursor = before or after
     anchor = stored.by_ids(conn, [cursor]) if with_anchor and cursor else []
     return rows, anchor[0] if anchor else None

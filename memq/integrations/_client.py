@@ -34,7 +34,7 @@ class MessageClient(Protocol):
 
     def history(
         self, session_id: str, limit: int = 50, *, before: str | None = None,
-        after: str | None = None,
+        after: str | None = None, summaries: bool = True,
     ) -> list[Message]: ...
 
     def flush(self, timeout: float = 10.0) -> None: ...
@@ -56,7 +56,7 @@ class AsyncMessageClient(Protocol):
 
     async def history(
         self, session_id: str, limit: int = 50, *, before: str | None = None,
-        after: str | None = None,
+        after: str | None = None, summaries: bool = True,
     ) -> list[Message]: ...
 
     async def flush(self, timeout: float = 10.0) -> None: ...
@@ -74,11 +74,12 @@ def default_client() -> Any:
 
 
 def whole_history(client: MessageClient, session_id: str) -> list[Message]:
-    """Every message of a session, oldest first, read a page at a time."""
-    page = client.history(session_id, limit=MAX_PAGE)
+    """Every turn of a session, oldest first, read a page at a time (no consolidation
+    summary: a framework gets back the messages it added)."""
+    page = client.history(session_id, limit=MAX_PAGE, summaries=False)
     pages = [page]
     while len(page) == MAX_PAGE:
-        page = client.history(session_id, limit=MAX_PAGE, before=page[0].id)
+        page = client.history(session_id, limit=MAX_PAGE, before=page[0].id, summaries=False)
         pages.append(page)
     return [m for chunk in reversed(pages) for m in chunk]
 

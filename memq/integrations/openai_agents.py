@@ -103,16 +103,18 @@ class MemqSession:
     async def _read(self, limit: int | None) -> list[Message]:
         if limit is None or limit > MAX_PAGE:
             return (await self._whole())[-(limit or 0):]
-        turns: list[Message] = await self._call("history", self.session_id, limit=limit)
+        turns: list[Message] = await self._call("history", self.session_id, limit=limit,
+                                                summaries=False)
         return turns
 
     async def _whole(self) -> list[Message]:
-        """Every turn of the session, oldest first, read a page at a time."""
-        page = await self._call("history", self.session_id, limit=MAX_PAGE)
+        """Every turn of the session, oldest first, read a page at a time (no summary:
+        the SDK gets back the items it added)."""
+        page = await self._call("history", self.session_id, limit=MAX_PAGE, summaries=False)
         pages = [page]
         while len(page) == MAX_PAGE:
             page = await self._call("history", self.session_id, limit=MAX_PAGE,
-                                    before=page[0].id)
+                                    before=page[0].id, summaries=False)
             pages.append(page)
         return [m for chunk in reversed(pages) for m in chunk]
 
@@ -122,7 +124,8 @@ class MemqSession:
                              user_id=self.user_id, agent_id=self.agent_id)
 
     async def _pop(self) -> TResponseInputItem | None:
-        newest: list[Message] = await self._call("history", self.session_id, limit=1)
+        newest: list[Message] = await self._call("history", self.session_id, limit=1,
+                                                 summaries=False)
         if not newest:
             return None
         await self._call("forget_message", self.session_id, newest[-1].id)

@@ -76,6 +76,7 @@ class HistoryQuery(Body):
     limit: Int = 50
     before: OptStr = None
     after: OptStr = None
+    summaries: Bool = True
 
 
 class SessionsQuery(Body):

@@ -107,15 +107,18 @@ def get_context(asked: b.ContextQuery, remote: Remote = Caller) -> Response:
 
 @_route("GET", "/history", dict[str, list[Message]])
 def history(session_id: str, limit: int = 50, before: str | None = None,
-            after: str | None = None, remote: Remote = Caller) -> Response:
-    rows = remote.client.history(session_id, limit, before=before, after=after)
+            after: str | None = None, summaries: bool = True,
+            remote: Remote = Caller) -> Response:
+    rows = remote.client.history(session_id, limit, before=before, after=after,
+                                 summaries=summaries)
     return answer({"messages": rows})
 
 
 @_route("POST", "/history", dict[str, list[Message]])
 def history_typed(asked: b.HistoryQuery, remote: Remote = Caller) -> Response:
     """``GET /v1/history`` with its arguments as JSON (RemoteMemoryClient's way)."""
-    return history(asked.session_id, asked.limit, asked.before, asked.after, remote)
+    return history(asked.session_id, asked.limit, asked.before, asked.after,
+                   asked.summaries, remote)
 
 
 @_route("GET", "/sessions", dict[str, list[SessionInfo]])

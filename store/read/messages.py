@@ -11,6 +11,7 @@ import orjson
 
 from memq.errors import NotFound
 from memq.store.read.scope import Scope
+from memq.store.read.summaries import IS_SUMMARY
 
 
 @dataclass(frozen=True)
@@ -49,15 +50,16 @@ def chronological_key(message: Message) -> tuple[str, str]:
 IMPORTANCE_WINDOW = 1000
 """Newest turns searched for important ones before the importance index is used."""
 
-_HISTORY = f"""SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?
+# {turns}: empty, or a condition that leaves the consolidation summaries out.
+_HISTORY = f"""SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? {{turns}}
     ORDER BY created_at DESC, seq DESC LIMIT ?"""
 # Keyset pages, on the index messages_by_session: (created_at, seq) is the session's order.
 _ANCHOR = "SELECT created_at, seq FROM messages WHERE id = ? AND session_id = ?"
 _HISTORY_BEFORE = f"""SELECT {MESSAGE_COLUMNS} FROM messages
-    WHERE session_id = ? AND (created_at, seq) < (?, ?)
+    WHERE session_id = ? AND (created_at, seq) < (?, ?) {{turns}}
     ORDER BY created_at DESC, seq DESC LIMIT ?"""
 _HISTORY_AFTER = f"""SELECT {MESSAGE_COLUMNS} FROM messages
-    WHERE session_id = ? AND (created_at, seq) > (?, ?)
+    WHERE session_id = ? AND (created_at, seq) > (?, ?) {{turns}}
     ORDER BY created_at, seq LIMIT ?"""
 _IMPORTANT_BY_INDEX = f"""
     SELECT {MESSAGE_COLUMNS} FROM messages WHERE {{scope}} AND importance >= :threshold
@@ -85,25 +87,26 @@ _UNEMBEDDED = """SELECT count(*) FROM messages
 
 def history(
     conn: apsw.Connection, session_id: str, limit: int, *,
-    before: str | None = None, after: str | None = None,
+    before: str | None = None, after: str | None = None, summaries: bool = True,
 ) -> list[Message]:
     """A page of a session's messages, oldest first: the last ``limit``, or the ``limit``
-    just before (or just after) the message with id ``before`` (``after``).
+    just before (or just after) the message with id ``before`` (``after``). Without
+    ``summaries``, the turns alone: no consolidation summary (each sits where the stretch
+    it summarises begins, beside its sources while they are kept).
 
     Raises :class:`~memq.errors.NotFound` when that message is not in the session.
     """
+    turns = "" if summaries else f"AND NOT {IS_SUMMARY}"
     if before is None and after is None:
-        rows = conn.execute(_HISTORY, (session_id, limit)).fetchall()
+        rows = conn.execute(_HISTORY.format(turns=turns), (session_id, limit)).fetchall()
         return [message_from_row(row) for row in reversed(rows)]
     anchor_id = before if before is not None else after
     anchor = conn.execute(_ANCHOR, (anchor_id, session_id)).fetchone()
     if anchor is None:
         raise NotFound(f"no message {anchor_id!r} in session {session_id!r}")
-    if before is not None:
-        rows = conn.execute(_HISTORY_BEFORE, (session_id, *anchor, limit)).fetchall()
-        return [message_from_row(row) for row in reversed(rows)]
-    rows = conn.execute(_HISTORY_AFTER, (session_id, *anchor, limit)).fetchall()
-    return [message_from_row(row) for row in rows]
+    sql = _HISTORY_BEFORE if before is not None else _HISTORY_AFTER
+    rows = conn.execute(sql.format(turns=turns), (session_id, *anchor, limit)).fetchall()
+    return [message_from_row(row) for row in (reversed(rows) if before is not None else rows)]
 
 
 def by_ids(conn: apsw.Connection, ids: list[str]) -> list[Message]:

@@ -19,6 +19,7 @@ from langchain_core.messages import (
 from memq import MemoryClient
 from memq.config import Config
 from memq.integrations.langchain import MemqChatMessageHistory, from_langchain, to_langchain
+from tests.consolidation_events import send_summary
 
 pytestmark = pytest.mark.redis
 
@@ -41,6 +42,17 @@ def test_messages_come_back_equal_to_those_added(client: MemoryClient) -> None:
     history.add_messages(CONVERSATION)
     assert history.messages == CONVERSATION  # before the writer commits them
     client.flush()
+    assert history.messages == CONVERSATION
+
+
+def test_consolidation_leaves_the_messages_as_they_were_added(client: MemoryClient,
+                                                              config: Config) -> None:
+    """memq's summary of old turns is memq's: the history shows the messages it added."""
+    history = MemqChatMessageHistory("s1", client=client)
+    history.add_messages(CONVERSATION)
+    client.flush()
+    send_summary(config, "s1", [t.id for t in client.history("s1")][1:4])
+    assert "sum-1" in [t.id for t in client.history("s1")]
     assert history.messages == CONVERSATION
 
 

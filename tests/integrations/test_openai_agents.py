@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from memq import MemoryClient
 from memq.config import Config
 from memq.integrations.openai_agents import MemqSession
+from tests.consolidation_events import send_summary
 
 pytestmark = pytest.mark.redis
 
@@ -121,6 +122,24 @@ def test_add_get_limit_pop_and_clear_as_the_sdk_expects(client: MemoryClient) ->
         assert await other.get_items() == [{"role": "user", "content": "elsewhere"}]
 
     asyncio.run(run())
+
+
+def test_consolidation_leaves_the_items_as_the_sdk_added_them(client: MemoryClient,
+                                                               config: Config) -> None:
+    """memq's summary of old turns is memq's: get_items, its limit and pop_item see the
+    SDK's items alone."""
+    session = MemqSession("s1", client=client)
+    items: list[Any] = [{"role": "user", "content": f"Message {i}"} for i in range(4)]
+    asyncio.run(session.add_items(items))
+    client.flush()
+    send_summary(config, "s1", [t.id for t in client.history("s1")][:3])
+    assert "sum-1" in [t.id for t in client.history("s1")]
+
+    async def run() -> tuple[list[Any], list[Any], Any, list[Any]]:
+        return (await session.get_items(), await session.get_items(limit=4),
+                await session.pop_item(), await session.get_items())
+
+    assert asyncio.run(run()) == (items, items, items[3], items[:3])
 
 
 def test_the_session_settings_limit(client: MemoryClient) -> None:

@@ -12,6 +12,7 @@ import redis
 from memq import MemoryClient, names
 from memq.config import ClientConfig, Config
 from memq.errors import BrokerError, FlushTimeout, NotFound, ValidationError
+from tests.consolidation_events import send_summary
 
 pytestmark = pytest.mark.redis
 
@@ -174,6 +175,20 @@ def test_history_does_not_page_across_sessions(client: MemoryClient) -> None:
     client.flush()
     with pytest.raises(NotFound):
         client.history("long", 10, before=other)
+
+
+@pytest.mark.remote_too
+def test_history_leaves_the_summaries_out_when_asked(client: MemoryClient,
+                                                     config: Config) -> None:
+    ids = [client.append("trip", "user", f"turn {i} about the trip") for i in range(6)]
+    client.flush()
+    send_summary(config, "trip", ids[:4])
+    # The summary sits where its stretch begins, beside its sources while they are kept.
+    assert [m.id for m in client.history("trip")] == [ids[0], "sum-1", *ids[1:]]
+    assert [m.id for m in client.history("trip", summaries=False)] == ids
+    assert [m.id for m in client.history("trip", 3, summaries=False)] == ids[3:]
+    assert [m.id for m in client.history("trip", 3, before=ids[3], summaries=False)] == ids[:3]
+    assert [m.id for m in client.history("trip", 2, after=ids[0], summaries=False)] == ids[1:3]
 
 
 def test_from_env_finds_the_redis_and_database_the_commands_find(

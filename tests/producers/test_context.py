@@ -352,6 +352,8 @@ def test_get_context_refuses_bad_arguments(
     ({"limit": 10_001}, "got 10001"),
     ({"limit": True}, "got True"),
     ({"limit": "5"}, "got '5'"),
+    ({"summaries": "no"}, "summaries must be true or false, got 'no'"),
+    ({"summaries": None}, "summaries must be true or false, got None"),
 ])
 @pytest.mark.remote_too
 def test_history_refuses_bad_arguments(
