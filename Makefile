@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 MODEL_DIR ?= models/all-MiniLM-L6-v2
 LOCOMO ?= ../shared/data/locomo-dev.json
 
-.PHONY: run test fuzz bootstrap redis-server shells chromium lint typecheck check bench clean
+.PHONY: run test fuzz bootstrap links redis-server shells chromium lint typecheck check bench clean
 
 run: bootstrap
 	$(BIN)/memq up --demo
@@ -22,13 +22,22 @@ fuzz: bootstrap
 	MEMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MEMQ_FUZZ_SEED=$(FUZZ_SEED) \
 	  $(BIN)/python -m pytest -q tests/faults/test_fuzz_inbox.py
 
-bootstrap: $(VENV)/.installed $(MODEL_DIR)/.verified redis-server shells
+bootstrap: links $(VENV)/.installed $(MODEL_DIR)/.verified redis-server shells
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml | links
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+# store/, producers/ and workers/ reach the package as the symlinks memq/store, memq/producers
+# and memq/workers. A checkout made without symlinks (git's core.symlinks=false, an archive)
+# holds each as a small file naming its target: put the links back.
+links:
+	@for n in store producers workers; do \
+	  [ -L memq/$$n ] || [ -d memq/$$n ] || { rm -f memq/$$n && ln -s ../$$n memq/$$n && \
+	    echo "memq/$$n: symlink restored"; }; \
+	done
 
 $(MODEL_DIR)/.verified: $(VENV)/.installed memq/model_files.py
 	$(BIN)/memq fetch-model --model-dir $(MODEL_DIR)
