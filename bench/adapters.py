@@ -96,7 +96,8 @@ def conversation_pairs(client: MemoryClient, turns: int, calls: int) -> dict[str
     reader = MemqChatMessageHistory("read", client=client)
     read_session = MemqSession("read", client=client)
     kinds = {"user": HumanMessage, "assistant": AIMessage}
-    read = client.history("read", limit=10_000)
+    # The client call the adapters make: the turns alone, without consolidation summaries.
+    read = client.history("read", limit=10_000, summaries=False)
 
     def langchain_objects(i: int) -> list[Any]:  # what any history must build to return
         return [ToolMessage(content=m.content, tool_call_id="") if m.role == "tool"
@@ -106,7 +107,7 @@ def conversation_pairs(client: MemoryClient, turns: int, calls: int) -> dict[str
         client.append("oa-base", "user", texts[i])
 
     async def read_history(i: int) -> Any:
-        return client.history("read", limit=10_000)
+        return client.history("read", limit=10_000, summaries=False)
 
     return {
         "langchain add_messages": (
@@ -114,7 +115,7 @@ def conversation_pairs(client: MemoryClient, turns: int, calls: int) -> dict[str
             lambda i: client.append("lc-base", "user", texts[i])),
         "langchain messages": (
             lambda i: reader.messages,
-            lambda i: client.history("read", limit=10_000),
+            lambda i: client.history("read", limit=10_000, summaries=False),
             langchain_objects),
         "openai-agents add_items": (
             lambda i: loop.run_until_complete(session.add_items(items[i])),

@@ -96,7 +96,8 @@ def history(
 
     Raises :class:`~memq.errors.NotFound` when that message is not in the session.
     """
-    turns = "" if summaries else f"AND NOT {IS_SUMMARY}"
+    # Summaries are system messages: the role spares the other turns the lookup.
+    turns = "" if summaries else f"AND NOT (role = 'system' AND {IS_SUMMARY})"
     if before is None and after is None:
         rows = conn.execute(_HISTORY.format(turns=turns), (session_id, limit)).fetchall()
         return [message_from_row(row) for row in reversed(rows)]
