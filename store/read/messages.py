@@ -11,7 +11,7 @@ import orjson
 
 from memq.errors import NotFound
 from memq.store.read.scope import Scope
-from memq.store.read.summaries import IS_SUMMARY
+from memq.store.read.summaries import NOT_A_SUMMARY
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,7 @@ def history(
 
     Raises :class:`~memq.errors.NotFound` when that message is not in the session.
     """
-    # Summaries are system messages: the role spares the other turns the lookup.
-    turns = "" if summaries else f"AND NOT (role = 'system' AND {IS_SUMMARY})"
+    turns = "" if summaries else f"AND {NOT_A_SUMMARY}"
     if before is None and after is None:
         rows = conn.execute(_HISTORY.format(turns=turns), (session_id, limit)).fetchall()
         return [message_from_row(row) for row in reversed(rows)]

@@ -20,8 +20,11 @@ TIMELINE_COLUMNS = (
 """The columns :func:`timeline` returns, in the order ``producers.client.message_from_row``
 reads them."""
 
-IS_SUMMARY = "EXISTS (SELECT 1 FROM summary_sources AS ss WHERE ss.summary_id = messages.id)"
-"""SQL condition on ``messages``: the row is a summary."""
+# Summaries are system messages (store/projections/consolidation.py): the role spares
+# every other turn the lookup.
+NOT_A_SUMMARY = """NOT (role = 'system' AND EXISTS (
+    SELECT 1 FROM summary_sources AS ss WHERE ss.summary_id = messages.id))"""
+"""SQL condition on ``messages``: the row is a turn, not a summary."""
 
 NOT_SUMMARISED = (
     "NOT EXISTS (SELECT 1 FROM summary_sources AS ss WHERE ss.source_id = messages.id)"
@@ -40,7 +43,7 @@ def timeline(
     source is inside the verbatim window is left out, as it would only repeat it.
     """
     with conn:  # a savepoint: one snapshot for both queries, nested in the caller's
-        recent = _newest(conn, session_id, f"NOT {IS_SUMMARY}", min(verbatim, limit), None)
+        recent = _newest(conn, session_id, NOT_A_SUMMARY, min(verbatim, limit), None)
         bound = recent[-1][-2:] if recent else None
         older = _newest(conn, session_id, NOT_SUMMARISED, limit - len(recent), bound)
     return [row[:-2] for row in [*reversed(older), *reversed(recent)]]
