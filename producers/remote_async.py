@@ -47,7 +47,7 @@ class AsyncRemoteMemoryClient:
         self.client_id = uuid.uuid4().hex
         self.timeout = timeout
         self.http = httpx.AsyncClient(base_url=self.base_url, verify=verify,
-                                 headers=headers(token, self.client_id))
+                                      headers=headers(token, self.client_id))
         self._role: Role | None = None
         self._sent = calls.Sent()
 
