@@ -170,6 +170,19 @@ def refusal(role: Role, event: Event) -> str | None:
     return _reason(role, event.type, right.variant, right.roles)
 
 
+def type_refusal(role: Role, etype: object) -> str | None:
+    """Why ``role`` may send no event of type ``etype`` whatever its payload, or None if
+    some event of it may come from ``role`` (or ``etype`` is no known type).
+
+    For an entry too malformed to decode: a role outside every row of its type is told
+    so first, rather than what else is wrong with the entry.
+    """
+    if not isinstance(etype, str) or etype not in _BY_TYPE:
+        return None
+    allowed = frozenset().union(*(right.roles for right in _BY_TYPE[etype]))
+    return None if role in allowed else _reason(role, etype, "", allowed)
+
+
 def target_refusal(role: Role, etype: str, *, trusted: bool, source: str) -> str | None:
     """Why ``role`` may not send an ``etype`` event naming a task whose committed state is
     ``trusted`` and ``source``; None if it may (or the type names no task)."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import apsw
+import orjson
 
 from memq import authority, names
 from memq.authority import ROLE_OF_STREAM, Role
@@ -138,11 +139,23 @@ def _decode(
             return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
         return Decoded(stream, stream_id, raw, replay_of, event, None, sender)
     except InvalidEvent as exc:
-        return Decoded(stream, stream_id, raw, replay_of, None, str(exc), sender)
+        problem = _never_allowed(stream, raw) or str(exc)
+        return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
     except Exception as exc:  # a validation bug must not stop the writer: set it aside
         logger.error("decoding entry %s failed", stream_id, exc_info=exc)
         return Decoded(stream, stream_id, raw, replay_of, None,
                        f"cannot be decoded ({type(exc).__name__}: {exc})", sender)
+
+
+def _never_allowed(stream: str, raw: bytes) -> str | None:
+    """For an entry that did not decode: the authority's reason, if its stream's role may
+    send no event of the type it names (only read on this path: the good ones pay nothing)."""
+    try:
+        envelope = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    etype = envelope.get("type") if isinstance(envelope, dict) else None
+    return authority.type_refusal(ROLE_OF_STREAM[stream], etype)
 
 
 def _sender(fields: dict[bytes, bytes]) -> tuple[str | None, str | None]:

@@ -9,7 +9,16 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memq import authority, names
-from memq.authority import ADMIN_ONLY, RIGHTS, Role, refusal, right_for, target_refusal
+from memq.authority import (
+    ADMIN_ONLY,
+    RIGHTS,
+    STREAM_OF_ROLE,
+    Role,
+    refusal,
+    right_for,
+    target_refusal,
+    type_refusal,
+)
 from memq.clock import now_rfc3339, uuid7
 from memq.errors import PermissionDenied
 from memq.events import SCHEMAS, Event, EventType
@@ -262,3 +271,23 @@ def test_generated_events_respect_the_rules(
         assert etype in reason
         assert authority.STREAM_OF_ROLE[role] in reason
         assert len(reason) < 200
+
+
+@pytest.mark.parametrize("role", list(Role))
+@pytest.mark.parametrize("etype", sorted(EventType))
+def test_type_refusal_agrees_with_the_rows(role: Role, etype: str) -> None:
+    variants = [base_payload(etype), *({**base_payload(etype), **extra} for extra in (
+        {"source": "user"}, {"force": True}, {"trusted": True}, {"source": "config"}))]
+    sendable = any(refusal(role, Event(id="e1", type=etype, session_id="s1",
+                                       created_at=now_rfc3339(), payload=p)) is None
+                   for p in variants)
+    reason = type_refusal(role, etype)
+    assert (reason is None) == sendable
+    if reason is not None:
+        assert reason.startswith(f"{etype} may only come from ")
+        assert reason.endswith(f"({STREAM_OF_ROLE[role]})")
+
+
+@pytest.mark.parametrize("etype", [None, 7, ["message.appended"], "no.such_type"])
+def test_type_refusal_leaves_unknown_types_to_the_decoder(etype: object) -> None:
+    assert type_refusal(Role.AGENT, etype) is None

@@ -11,8 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from memq import names
+from memq.authority import ROLE_OF_STREAM, type_refusal
 from memq.clock import uuid7
 from memq.events import Event, EventType
 from tests.store.eventlog import EventLog, at, event
@@ -93,3 +98,52 @@ def test_the_same_event_twice_in_one_careful_batch_is_applied_once(log: EventLog
     result = log.send(use, use, bad)
     assert (result.applied, result.duplicates, result.rejected) == (1, 1, 1)
     assert {row[5] for row in state(log)["macros"]} == {1, 0}
+
+
+# -- a malformed entry from a role that may never send its type -------------------------------
+
+
+def _raw(etype: Any, payload: Any) -> bytes:
+    return orjson.dumps({"id": uuid7(), "type": etype, "v": 1, "session_id": "s1",
+                         "created_at": at(1), "payload": payload})
+
+
+def test_an_agents_runner_approval_is_refused_for_who_sent_it(log: EventLog) -> None:
+    # "sudo" is also no approvable prefix; what an agent is told first is that approvals
+    # are the person's.
+    log.send(_raw("prefix.allowed", {"prefix": "sudo"}), stream=names.INBOX_STREAM)
+    assert log.rejections() == [
+        "prefix.allowed may only come from admin, not from an agent (memq:inbox)"]
+
+
+def test_a_malformed_event_of_the_senders_own_type_says_what_is_wrong(log: EventLog) -> None:
+    log.send(_raw("message.appended", {"role": "user"}), stream=names.INBOX_STREAM)
+    [reason] = log.rejections()
+    assert "may only come from" not in reason
+    assert "message_id" in reason
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stream=st.sampled_from(names.INBOX_STREAMS),
+       etype=st.sampled_from(sorted(EventType)) | _JSON, payload=_JSON)
+def test_a_refused_entry_names_the_authority_exactly_when_its_role_may_never_send_it(
+    log: EventLog, stream: str, etype: Any, payload: Any
+) -> None:
+    before = len(log.rejections())
+    result = log.send(_raw(etype, payload), stream=stream)
+    reasons = log.rejections()[before:]
+    if type_refusal(ROLE_OF_STREAM[stream], etype) is not None:
+        # Malformed or not, the entry is refused for who sent it (a well-formed one may
+        # name its variant: "task.scheduled with trusted=true may only come from ...").
+        assert len(reasons) == 1
+        assert reasons[0].startswith(f"{etype} ")
+        assert " may only come from " in reasons[0]
+    else:
+        assert all(r.startswith(f"{etype} ") for r in reasons if " may only come from " in r)
+    assert result.applied + result.rejected == 1
