@@ -5,7 +5,9 @@ call on one real writer, Redis and database, and prints the medians and their ra
 goal: at most x1.10). The conversation adapters write chat turns and 2-8 KB tool outputs
 (an agent's stream) and read back a session of ``--turns`` such turns; the LangGraph store
 puts, gets and searches documents (without embedding: the model's cost is the same on
-both sides); the MCP server's tool runs in process, without a transport.
+both sides); the MCP server's tool runs in process, without a transport, once without
+a query (the bare read) and once with a new question each call, as a model asks (the
+question's embedding included, as in every get_context with a query).
 
 Where the framework itself costs something whatever the backend, a third column measures
 that *floor* in the same run: building LangChain's message objects for the same turns
@@ -169,16 +171,32 @@ def mcp_pairs(client: MemoryClient) -> dict[str, Pair]:
                scope: Literal["session", "user", "agent"] = "session") -> list[dict[str, Any]]:
         return answer
 
-    async def recall_items() -> list[dict[str, Any]]:  # the client call, same event loop
-        return [item.to_dict() for item in client.get_context("read")]
+    async def recall_items(query: str | None = None) -> list[dict[str, Any]]:
+        # The client call, from the same event loop.
+        return [item.to_dict() for item in client.get_context("read", query)]
 
+    def asked(i: int, side: str) -> dict[str, Any]:
+        # A new question each call and each side, as a model asks: every one is embedded
+        # (the client keeps recent queries' vectors, so a repeated one would not be).
+        return {"session_id": "read", "query": f"{question(i)} ({side} {i})"}
+
+    client.get_context("read", "a first question loads the model")
     return {
         "mcp recall (in process)": (
             lambda i: loop.run_until_complete(server.call_tool("recall",
                                                                {"session_id": "read"})),
             lambda i: loop.run_until_complete(recall_items()),
             lambda i: loop.run_until_complete(bare.call_tool("recall", {"session_id": "read"}))),
+        "mcp recall, a new question": (
+            lambda i: loop.run_until_complete(server.call_tool("recall", asked(i, "a"))),
+            lambda i: loop.run_until_complete(recall_items(asked(i, "c")["query"])),
+            lambda i: loop.run_until_complete(bare.call_tool("recall", asked(i, "f")))),
     }
+
+
+def question(i: int) -> str:
+    """What a model asks memory before answering: about something said earlier."""
+    return f"What did we say earlier about this: {chat_text(i * 7 % 97)}?"
 
 
 def fill(client: MemoryClient, session: str, turns: int) -> None:

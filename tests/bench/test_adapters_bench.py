@@ -14,8 +14,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 CALLS = ("langchain add_messages", "langchain messages", "openai-agents add_items",
          "openai-agents get_items", "langgraph put", "langgraph get", "langgraph search",
-         "mcp recall (in process)")
-FLOORED = ("langchain messages", "langgraph get", "mcp recall (in process)")
+         "mcp recall (in process)", "mcp recall, a new question")
+FLOORED = ("langchain messages", "langgraph get", "mcp recall (in process)",
+           "mcp recall, a new question")
 
 
 def test_the_adapters_bench_prints_each_pair_with_its_ratio() -> None:
