@@ -280,7 +280,7 @@ def _erase(
     events = sum(types.values()) + cur.getconnection().changes()
     cur.execute(f"DELETE FROM macro_last_calls WHERE session_id IN {_EACH}", (sessions_json,))
     if types[EventType.MACRO_OBSERVED] or types[EventType.MACRO_USED]:
-        events += _relearn_macros(cur, seq)
+        events += relearn_macros(cur, seq)
     cur.execute(_REJECTED, {"sessions": sessions_json, "ids": ids_json, "user": user})
     _forget_legacy_rows(cur, sessions_json, ids_json)
     if ids:
@@ -288,14 +288,15 @@ def _erase(
     return len(ids), events
 
 
-def _relearn_macros(cur: apsw.Cursor, seq: int) -> int:
-    """Learn the macros again without the forgotten calls (what a rebuild will learn).
+def relearn_macros(cur: apsw.Cursor, seq: int) -> int:
+    """Learn the macros again without the forgotten calls (what a rebuild will learn), for
+    the erasing event at ``seq`` (a forget, or retention).
 
     A recorded use of a macro that only forgotten calls had taught no longer names one: it
     is tombstoned too. Returns how many such uses were.
     """
     unused: list[int] = []
-    relearn(cur, refused=unused.append)
+    relearn(cur, refused=unused.append, before=seq)
     cur.execute(f"UPDATE events SET payload = '{TOMBSTONE}', erased_by = ? "
                 f"WHERE seq IN {_EACH}", (seq, _json(unused)))
     return len(unused)

@@ -192,8 +192,13 @@ def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
         ) from exc
 
 
-def relearn(cur: apsw.Cursor, refused: Callable[[int], None] | None = None) -> int:
+def relearn(cur: apsw.Cursor, refused: Callable[[int], None] | None = None,
+            before: int | None = None) -> int:
     """Rebuild this projection alone from the log, under today's rule; returns the events.
+
+    ``before``: only from the events logged before that position. An erasing event
+    relearns what came before it; the events after it in its batch are already in the
+    log, and would be applied twice.
 
     For a rule change that the rows must follow (a migration), or for calls that were
     forgotten (store/projections/forgetting.py): replaying the events that feed these
@@ -205,7 +210,7 @@ def relearn(cur: apsw.Cursor, refused: Callable[[int], None] | None = None) -> i
     effects = Effects()  # macros owe no follow-up
     feeding = (*APPLIERS, EventType.SESSION_FORGOTTEN)
     count = 0
-    for seq, event in read_events(cur.getconnection(), types=feeding):
+    for seq, event in read_events(cur.getconnection(), types=feeding, before_seq=before):
         if event.type == EventType.SESSION_FORGOTTEN:
             forget_session(cur, str(event.session_id))
         else:

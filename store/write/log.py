@@ -50,19 +50,22 @@ def check_redelivered(cur: apsw.Cursor, event: Event) -> None:
 
 
 def read_events(
-    conn: apsw.Connection, *, after_seq: int = 0, types: Collection[str] | None = None
+    conn: apsw.Connection, *, after_seq: int = 0, types: Collection[str] | None = None,
+    before_seq: int | None = None,
 ) -> Iterator[tuple[int, Event]]:
-    """Every event after ``after_seq`` (of ``types`` only, if given), in log order.
+    """Every event after ``after_seq`` (and before ``before_seq``, if given; of ``types``
+    only, if given), in log order.
 
     Tombstones (events whose data was forgotten, ``erased_by`` set) are left out: what
     they said is gone, and a replay must give what the live projections hold now.
     """
     rows = conn.execute(
         """SELECT seq, event_id, type, version, session_id, created_at, payload
-           FROM events WHERE seq > ? AND erased_by IS NULL
+           FROM events WHERE seq > ?1 AND (?3 IS NULL OR seq < ?3) AND erased_by IS NULL
              AND (?2 IS NULL OR type IN (SELECT value FROM json_each(?2)))
            ORDER BY seq""",
-        (after_seq, None if types is None else orjson.dumps(sorted(types)).decode()),
+        (after_seq, None if types is None else orjson.dumps(sorted(types)).decode(),
+         before_seq),
     )
     for seq, event_id, etype, version, session_id, created_at, payload in rows:
         yield seq, Event(

@@ -188,6 +188,16 @@ def test_forgotten_tool_calls_are_unlearned(log: EventLog) -> None:
     log.assert_rebuild_equal()
 
 
+def test_calls_after_a_forget_in_its_batch_are_learned_once(log: EventLog) -> None:
+    # The forget learns the macros again from the log, which already holds the calls
+    # that follow it in the batch: only those before it count, the rest apply after.
+    log.send(call("s1", "read_file", "a"), forget_session("s1"), call("s1", "read_file", "b"),
+             call("s1", "edit_file", "b"))
+    assert log.rows("SELECT trigger_tool, next_tool FROM macros") == [
+        ("read_file", "edit_file")] * 2
+    log.assert_rebuild_equal()
+
+
 def test_rejected_events_that_name_the_forgotten_go(log: EventLog) -> None:
     record(log, "s1", "hello", user_id="u1")
     _, bad = append("s1", f"{MARK} from another user", user_id="u2")
