@@ -20,6 +20,16 @@ the pass is recorded in ``erasures`` (other processes drop the vectors they cach
 event names its sessions, so a rebuild, which never sees the erased messages, moves the
 same marks.
 
+**Tool calls** (``messages_before`` and ``tool_call_sessions``): the calls recorded in
+those sessions (``macro.observed``, with their arguments) before the cutoff become
+tombstones, as long as the sessions' messages are kept; the learned macros are learned
+again from the calls left (store/projections/forgetting.py ``relearn_macros``: what a
+rebuild, which skips tombstones, learns), and a recorded use of a macro only those calls
+had taught becomes a tombstone too. Only calls logged before this event: one logged
+later with an older producer time is not this pass's to erase. No session's mark moves
+for them (no process keeps tool calls), so a session with calls and no messages gets no
+row.
+
 **Records of forgets** (``forgotten_before``): a forget keeps, on purpose, what it needs
 while traces of the forgotten data may still arrive: its event (it names the session or
 the user), the tombstones of the events it emptied (so a redelivered event is still a
@@ -43,7 +53,7 @@ from memq.events import Event, EventType
 from memq.store import lexical
 from memq.store.effects import Effects, Erasure
 from memq.store.projections.base import Applier
-from memq.store.projections.forgetting import TOMBSTONE
+from memq.store.projections.forgetting import TOMBSTONE, relearn_macros
 from memq.store.projections.sessions import recount, touch
 
 _EACH = "(SELECT value FROM json_each(:old))"
@@ -66,18 +76,31 @@ _TOMBSTONE = f"""
     RETURNING seq"""
 
 
+# By session (events_by_session); ``seq < :by``: only calls logged before this event.
+_TOMBSTONE_CALLS = f"""
+    UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
+    WHERE session_id IN (SELECT value FROM json_each(:sessions)) AND seq < :by
+      AND type = 'macro.observed' AND created_at < :before AND erased_by IS NULL
+    RETURNING seq"""
+
+
 def apply_retention(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
     if p.get("forgotten_before") is None and p.get("messages_before") is None:
         raise InvalidEvent("retention.applied: names neither forgotten_before nor "
                            "messages_before")
-    if (p.get("messages_before") is None) != (p.get("sessions") is None):
-        raise InvalidEvent("retention.applied: messages_before and sessions go together")
+    named = p.get("sessions") is not None or p.get("tool_call_sessions") is not None
+    if (p.get("messages_before") is None) == named:
+        raise InvalidEvent("retention.applied: messages_before goes with sessions or "
+                           "tool_call_sessions")
     ids: list[str] = []
     events = 0
-    if p.get("messages_before") is not None:
+    if p.get("sessions") is not None:
         ids, events = _expire_messages(cur, p["messages_before"], p["sessions"], seq,
                                        effects)
+    if p.get("tool_call_sessions") is not None:
+        events += _expire_tool_calls(cur, p["messages_before"], p["tool_call_sessions"],
+                                     seq, effects)
     if p.get("forgotten_before") is not None:
         events += _drop_forget_records(cur, p["forgotten_before"], seq, effects)
     if not ids and not events:
@@ -118,6 +141,17 @@ def _expire_messages(cur: apsw.Cursor, before: str, sessions: list[str], seq: in
     recount(cur, sessions)
     touch(cur, dict.fromkeys(sessions, seq))
     return ids, events
+
+
+def _expire_tool_calls(cur: apsw.Cursor, before: str, sessions: list[str], seq: int,
+                       effects: Effects) -> int:
+    """Empty the sessions' calls recorded before ``before``; returns how many events went."""
+    gone = [int(r[0]) for r in cur.execute(_TOMBSTONE_CALLS, {
+        "by": seq, "sessions": orjson.dumps(sessions).decode(), "before": before})]
+    if not gone:
+        return 0
+    effects.tombstoned.update(gone)
+    return len(gone) + relearn_macros(cur, seq)
 
 
 def _drop_forget_records(cur: apsw.Cursor, before: str, seq: int, effects: Effects) -> int:

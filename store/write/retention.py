@@ -1,6 +1,6 @@
-"""The writer's retention pass: once per ``[retention] interval_hours``, messages older
-than ``messages_days`` and the records of forgets older than ``forgotten_days`` are
-erased through ``retention.applied`` events (store/projections/retention.py).
+"""The writer's retention pass: once per ``[retention] interval_hours``, messages and
+recorded tool calls older than ``messages_days`` and the records of forgets older than
+``forgotten_days`` are erased through ``retention.applied`` events (store/projections/retention.py).
 
 The writer makes the events itself and applies each in its own transaction
 (:meth:`Writer.apply_local`), so the log says when retention ran, on which sessions and
@@ -33,6 +33,12 @@ _DUE_SESSIONS = """
       AND id NOT IN (SELECT summary_id FROM summary_sources) ORDER BY session_id"""
 
 
+# Sessions with a tool call past the cutoff still recorded (events_by_type, then the rows).
+_DUE_CALLS = """
+    SELECT DISTINCT session_id FROM events WHERE type = 'macro.observed' AND created_at < ?
+      AND erased_by IS NULL AND session_id IS NOT NULL ORDER BY session_id"""
+
+
 class RetentionPass:
     """A reconciler of the writer (``writer.reconcilers``)."""
 
@@ -61,10 +67,10 @@ class RetentionPass:
         payloads: list[dict[str, Any]] = []
         if self.settings.messages_days > 0:
             cutoff = _days_ago(self.settings.messages_days)
-            due = [str(r[0]) for r in self.writer.conn.execute(_DUE_SESSIONS, (cutoff,))]
-            payloads += [{"messages_before": cutoff,
-                          "sessions": due[i:i + MAX_RETENTION_SESSIONS]}
-                         for i in range(0, len(due), MAX_RETENTION_SESSIONS)]
+            for key, sql in (("sessions", _DUE_SESSIONS), ("tool_call_sessions", _DUE_CALLS)):
+                due = [str(r[0]) for r in self.writer.conn.execute(sql, (cutoff,))]
+                payloads += [{"messages_before": cutoff, key: due[i:i + MAX_RETENTION_SESSIONS]}
+                             for i in range(0, len(due), MAX_RETENTION_SESSIONS)]
         if self.settings.forgotten_days > 0:
             cutoff = _days_ago(self.settings.forgotten_days)
             row = self.writer.conn.execute(

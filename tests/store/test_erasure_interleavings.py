@@ -36,7 +36,14 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("drop_records"), st.just(""), st.integers(0, 30)),
     st.tuples(st.just("embed"), st.just(""), st.integers(0, 30)),
     st.tuples(st.just("flush"), st.just(""), st.just(0)),
+    # Recorded tool calls (macros learned from them), a use of a learned macro, and
+    # retention of the calls.
+    st.tuples(st.just("call"), st.sampled_from(SESSION_NAMES), st.integers(0, 2)),
+    st.tuples(st.just("use"), st.just(""), st.integers(1, 4)),
+    st.tuples(st.just("expire_calls"), st.sampled_from(SESSION_NAMES), st.integers(0, 30)),
 ), max_size=25)
+
+TOOLS = ("read_file", "edit_file", "run_tests")
 
 
 PADDING = "said at some length " * 3
@@ -76,6 +83,15 @@ def _step(log: EventLog, made: list[str], i: int, step: str, session: str, arg: 
                      created_at=at(i))
     if step == "embed":
         return embedded(made[arg % len(made)]) if made else None
+    if step == "call":
+        return event(EventType.MACRO_OBSERVED, {"tool": TOOLS[arg], "args": {"path": f"f{i}"}},
+                     session=session, created_at=at(i))
+    if step == "use":
+        return event(EventType.MACRO_USED, {"macro_id": arg}, created_at=at(i))
+    if step == "expire_calls":
+        return event(EventType.RETENTION_APPLIED,
+                     {"messages_before": at(arg), "tool_call_sessions": [session]},
+                     created_at=at(i))
     if step == "forget_user":
         return event(EventType.USER_FORGOTTEN, {"user_id": session}, created_at=at(i))
     # As the writer's pass: of a session with messages. Known, left open: a session it

@@ -170,7 +170,9 @@ def test_then_forgotten_records_go_but_retentions_stay(log: EventLog) -> None:
 
 @pytest.mark.parametrize("payload", [
     {}, {"messages_before": at(1)}, {"sessions": ["a"]},
-    {"forgotten_before": at(1), "sessions": ["a"]}])
+    {"forgotten_before": at(1), "sessions": ["a"]}, {"tool_call_sessions": ["a"]},
+    {"forgotten_before": at(1), "tool_call_sessions": ["a"]},
+    {"messages_before": at(1), "tool_call_sessions": []}])
 def test_an_incomplete_event_is_set_aside(log: EventLog, payload: dict[str, Any]) -> None:
     log.send(event(EventType.RETENTION_APPLIED, payload))
     assert any("retention.applied" in reason for reason in log.rejections())
@@ -293,3 +295,105 @@ def test_young_turns_keep_the_owner_an_erased_one_gave_their_session(log: EventL
     log.send(expire(at(10), "a"))
     assert log.rows("SELECT DISTINCT user_id, agent_id FROM messages") == [("u1", "x")]
     log.assert_rebuild_equal()
+
+
+# -- recorded tool calls ----------------------------------------------------------------------
+
+
+def call(session: str, tool: str, path: str, minute: int) -> Event:
+    return event(EventType.MACRO_OBSERVED, {"tool": tool, "args": {"path": path}},
+                 session=session, created_at=at(minute))
+
+
+def expire_calls(before: str, *sessions: str) -> Event:
+    return event(EventType.RETENTION_APPLIED, {"messages_before": before,
+                                               "tool_call_sessions": list(sessions)},
+                 created_at=at(50))
+
+
+def learned(log: EventLog) -> list[tuple[Any, ...]]:
+    return log.rows("SELECT trigger_tool, next_tool FROM macros ORDER BY 1, 2")
+
+
+def test_old_tool_calls_go_and_the_macros_are_learned_again(log: EventLog) -> None:
+    log.send(*(call("s", tool, "/home/me/qzvcall7731.py", minute)
+               for minute, tool in enumerate(["read_file", "edit_file"] * 2)),
+             call("t", "read_file", "kept.py", 5),
+             call("s", "run_tests", "tests/", 40), call("s", "git_commit", "tests/", 41))
+    assert ("read_file", "edit_file") in learned(log)
+    log.send(expire_calls(at(30), "s"))
+    assert set(learned(log)) == {("run_tests", "git_commit")}
+    assert log.rows("SELECT count(*) FROM events WHERE type = 'macro.observed' "
+                    "AND erased_by IS NOT NULL") == [(4,)]
+    assert log.rows("SELECT count(*) FROM events WHERE payload LIKE '%qzvcall7731%'") == [(0,)]
+    assert log.rows("SELECT count(*) FROM macro_last_calls WHERE args_json LIKE '%qzvcall%'"
+                    ) == [(0,)]
+    assert log.rows("SELECT kind, messages, events FROM erasures") == [("retention", 0, 4)]
+    log.assert_rebuild_equal()
+
+
+def test_a_call_logged_after_the_pass_stays_whatever_its_time(log: EventLog) -> None:
+    # On a rebuild the log holds the later calls already when the pass is replayed.
+    log.send(call("s", "read_file", "a.py", 0))
+    log.send(expire_calls(at(30), "s"))
+    log.send(call("s", "read_file", "late.py", 1), call("s", "edit_file", "late.py", 2))
+    assert log.rows("SELECT payload FROM events WHERE type = 'macro.observed' "
+                    "AND erased_by IS NULL AND payload LIKE '%late.py%'") != []
+    assert set(learned(log)) == {("read_file", "edit_file")}
+    log.assert_rebuild_equal()
+
+
+def test_calls_without_messages_give_their_session_no_row(log: EventLog) -> None:
+    log.send(append("talk", "hello", 0), call("talk", "read_file", "a.py", 1),
+             call("tools-only", "read_file", "b.py", 2))
+    before = log.rows("SELECT session_id, changed_seq FROM sessions ORDER BY 1")
+    log.send(expire_calls(at(30), "talk", "tools-only"))
+    assert log.rows("SELECT session_id, changed_seq FROM sessions ORDER BY 1") == before
+    assert log.rows("SELECT count(*) FROM events WHERE type = 'macro.observed' "
+                    "AND erased_by IS NULL") == [(0,)]
+    log.assert_rebuild_equal()
+
+
+def test_a_use_of_a_macro_only_old_calls_taught_goes_too(log: EventLog) -> None:
+    log.send(call("s", "read_file", "a.py", 0), call("s", "edit_file", "a.py", 1))
+    [(macro_id,)] = log.rows("SELECT min(id) FROM macros")
+    log.send(event(EventType.MACRO_USED, {"macro_id": macro_id}, created_at=at(40)))
+    log.send(expire_calls(at(30), "s"))
+    assert learned(log) == []
+    assert log.rows("SELECT count(*) FROM events WHERE type = 'macro.used' "
+                    "AND erased_by IS NOT NULL") == [(1,)]
+    log.assert_rebuild_equal()
+
+
+@pytest.mark.redis
+def test_the_writer_erases_old_tool_calls_from_the_file(config: Config) -> None:
+    """`[retention] messages_days` of about a second: the arguments of recorded tool
+    calls leave the database file and its WAL, and what they taught is unlearned."""
+    from memq.config import ConsolidationConfig
+
+    marker = "qzvtoolcall0342"
+    config = config.replace(
+        writer=WriterConfig(reconcile_interval_s=0.1),
+        consolidation=ConsolidationConfig(min_age_hours=0),
+        retention=RetentionConfig(messages_days=1 / 86_400, interval_hours=0.1 / 3600))
+    with WriterThread(config), MemoryClient(config=config) as client:
+        for _ in range(3):
+            client.record_tool_call("s1", "read_file", {"path": f"/home/{marker}/a.py"})
+            client.record_tool_call("s1", "edit_file", {"path": f"/home/{marker}/a.py"})
+        client.flush()
+        assert [s.tool for s in client.suggest_next_tools("read_file", {"path": "b.py"})]
+        deadline = time.monotonic() + 30
+        while _count(config, "SELECT count(*) FROM events WHERE type = 'macro.observed' "
+                             "AND erased_by IS NULL"):
+            assert time.monotonic() < deadline, "retention never erased the calls"
+            time.sleep(0.1)
+        [(event_id,)] = _rows(config, "SELECT event_id FROM erasures WHERE kind = 'retention'")
+        connection = redis.Redis.from_url(config.redis_url)
+        while not connection.exists(f"memq:erased:{event_id}"):  # WAL truncated: done
+            assert time.monotonic() < deadline, "the retention pass never finished"
+            time.sleep(0.05)
+        assert client.suggest_next_tools("read_file", {"path": "b.py"}) == []
+    files = [p for p in (config.db_path, f"{config.db_path}-wal")
+             if Path(p).exists() and marker.encode() in Path(p).read_bytes()]
+    assert files == []
+    assert main(["rebuild", "--check", "--db", config.db_path]) == 0
