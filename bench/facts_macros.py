@@ -5,6 +5,8 @@ file, no Redis, batches of 500), for ``fact.set`` and ``macro.observed`` against
 ``message.appended`` (the baseline every deployment already pays).
 Read side: ``fact_history`` (a scan of the log's fact events) and ``relevant_facts``
 (lexical scoring of every fact) against ``list_facts`` over the same table.
+Last, relearning the macros from every recorded call (a forget of tool calls, a
+``[retention] tool_calls_days`` pass), against applying the same calls.
 
     PYTHONPATH=. python bench/facts_macros.py [--facts 5000] [--events 10000] [--rounds 3]
 """
@@ -25,6 +27,7 @@ from memq.config import Config
 from memq.events import Event, EventType, encode
 from memq.store import schema
 from memq.store.connection import open_connection
+from memq.store.projections.macros import relearn
 from memq.store.read.fact_search import relevant_facts
 from memq.store.read.facts import fact_history, list_facts
 from memq.store.write.writer import Writer
@@ -132,6 +135,26 @@ def main() -> None:
         for name, ms in times.items():
             print(f"  {name:<30} {ms:>8.2f} ms   x{ms / times['list_facts (baseline)']:.2f}")
         reader.close()
+        relearned = relearn_s(base / f"r{args.rounds - 1}-2.db")
+        per_call = relearned / args.events * 1e6
+        applied = 1e6 / rates["macro.observed"]
+        print(f"relearning the macros from {args.events} recorded calls (what a forget of "
+              f"tool calls or a tool_calls_days pass does, in the writer's transaction): "
+              f"{relearned:.2f} s, {per_call:.0f} µs a call, x{per_call / applied:.2f} of "
+              "applying them")
+
+
+def relearn_s(path: Path) -> float:
+    """Seconds to learn the macros again from every call in the log (rolled back)."""
+    conn = open_connection(path)
+    cur = conn.cursor()
+    cur.execute("BEGIN IMMEDIATE")
+    started = time.perf_counter()
+    relearn(cur)
+    elapsed = time.perf_counter() - started
+    cur.execute("ROLLBACK")
+    conn.close()
+    return elapsed
 
 if __name__ == "__main__":
     main()

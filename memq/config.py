@@ -298,15 +298,21 @@ class RetentionConfig:
     names the session or the user), its tombstones, the ids of the messages it erased and
     its record in ``erasures``. A single message's forget keeps them, as retention does
     (a rebuild needs them). 0: kept for good."""
+    tool_calls_days: float = 0.0
+    """After this many days (by ``created_at``), a recorded tool call's arguments are
+    erased and the macros are learned again from the calls left. Each pass that erases
+    some replays every recorded call in the writer's transaction (bench/facts_macros.py
+    measures it), so it is a setting of its own. 0: kept for good."""
     interval_hours: float = 1.0
     """How often the writer looks for records past their time."""
 
     def __post_init__(self) -> None:
-        days_ok = all(0.0 <= d <= 365_000 for d in (self.messages_days, self.forgotten_days))
-        if not (days_ok and 0.0 < self.interval_hours <= 8760):
+        days = (self.messages_days, self.forgotten_days, self.tool_calls_days)
+        if not (all(0.0 <= d <= 365_000 for d in days) and 0.0 < self.interval_hours <= 8760):
             raise ConfigError(
                 f"[retention] value(s) out of range: messages_days = {self.messages_days!r}, "
-                f"forgotten_days = {self.forgotten_days!r} (0 or more), interval_hours = "
+                f"forgotten_days = {self.forgotten_days!r}, tool_calls_days = "
+                f"{self.tool_calls_days!r} (0 or more), interval_hours = "
                 f"{self.interval_hours!r} (over 0, at most 8760)")
 
 

@@ -20,9 +20,9 @@ the pass is recorded in ``erasures`` (other processes drop the vectors they cach
 event names its sessions, so a rebuild, which never sees the erased messages, moves the
 same marks.
 
-**Tool calls** (``messages_before`` and ``tool_call_sessions``): the calls recorded in
+**Tool calls** (``calls_before`` and ``tool_call_sessions``): the calls recorded in
 those sessions (``macro.observed``, with their arguments) before the cutoff become
-tombstones, as long as the sessions' messages are kept; the learned macros are learned
+tombstones; the learned macros are learned
 again from the calls left (store/projections/forgetting.py ``relearn_macros``: what a
 rebuild, which skips tombstones, learns), and a recorded use of a macro only those calls
 had taught becomes a tombstone too. Only calls logged before this event: one logged
@@ -86,21 +86,15 @@ _TOMBSTONE_CALLS = f"""
 
 def apply_retention(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
-    if p.get("forgotten_before") is None and p.get("messages_before") is None:
-        raise InvalidEvent("retention.applied: names neither forgotten_before nor "
-                           "messages_before")
-    named = p.get("sessions") is not None or p.get("tool_call_sessions") is not None
-    if (p.get("messages_before") is None) == named:
-        raise InvalidEvent("retention.applied: messages_before goes with sessions or "
-                           "tool_call_sessions")
+    _check_pairs(p)
     ids: list[str] = []
     events = 0
-    if p.get("sessions") is not None:
+    if p.get("messages_before") is not None:
         ids, events = _expire_messages(cur, p["messages_before"], p["sessions"], seq,
                                        effects)
-    if p.get("tool_call_sessions") is not None:
-        events += _expire_tool_calls(cur, p["messages_before"], p["tool_call_sessions"],
-                                     seq, effects)
+    if p.get("calls_before") is not None:
+        events += _expire_tool_calls(cur, p["calls_before"], p["tool_call_sessions"], seq,
+                                     effects)
     if p.get("forgotten_before") is not None:
         events += _drop_forget_records(cur, p["forgotten_before"], seq, effects)
     if not ids and not events:
@@ -113,6 +107,18 @@ def apply_retention(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) 
     # secure_delete zeroes what went in the file; the WAL still holds it until the
     # writer's after-commit truncates it, and RQ jobs may carry the messages' text.
     effects.erased.append(Erasure(event.id, seq, tuple(ids)))
+
+
+_PAIRS = (("messages_before", "sessions"), ("calls_before", "tool_call_sessions"))
+
+
+def _check_pairs(p: dict[str, object]) -> None:
+    if all(p.get(key) is None for key in ("forgotten_before", *dict(_PAIRS))):
+        raise InvalidEvent("retention.applied: names none of forgotten_before, "
+                           "messages_before, calls_before")
+    for cutoff, sessions in _PAIRS:
+        if (p.get(cutoff) is None) != (p.get(sessions) is None):
+            raise InvalidEvent(f"retention.applied: {cutoff} and {sessions} go together")
 
 
 def _expire_messages(cur: apsw.Cursor, before: str, sessions: list[str], seq: int,

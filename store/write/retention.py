@@ -1,6 +1,7 @@
-"""The writer's retention pass: once per ``[retention] interval_hours``, messages and
-recorded tool calls older than ``messages_days`` and the records of forgets older than
-``forgotten_days`` are erased through ``retention.applied`` events (store/projections/retention.py).
+"""The writer's retention pass: once per ``[retention] interval_hours``, messages older
+than ``messages_days``, recorded tool calls older than ``tool_calls_days`` and the
+records of forgets older than ``forgotten_days`` are erased through ``retention.applied``
+events (store/projections/retention.py).
 
 The writer makes the events itself and applies each in its own transaction
 (:meth:`Writer.apply_local`), so the log says when retention ran, on which sessions and
@@ -49,7 +50,8 @@ class RetentionPass:
         """When the pass looks again (monotonic seconds); 0: at the first reconcile."""
 
     def __call__(self) -> None:
-        on = self.settings.messages_days > 0 or self.settings.forgotten_days > 0
+        on = max(self.settings.messages_days, self.settings.forgotten_days,
+                 self.settings.tool_calls_days) > 0
         if not on or time.monotonic() < self.next_at:
             return
         self.next_at = time.monotonic() + self.settings.interval_hours * 3600
@@ -65,11 +67,14 @@ class RetentionPass:
 
     def _payloads(self) -> list[dict[str, Any]]:
         payloads: list[dict[str, Any]] = []
-        if self.settings.messages_days > 0:
-            cutoff = _days_ago(self.settings.messages_days)
-            for key, sql in (("sessions", _DUE_SESSIONS), ("tool_call_sessions", _DUE_CALLS)):
+        for days, (cutoff_key, sessions_key), sql in (
+                (self.settings.messages_days, ("messages_before", "sessions"), _DUE_SESSIONS),
+                (self.settings.tool_calls_days, ("calls_before", "tool_call_sessions"),
+                 _DUE_CALLS)):
+            if days > 0:
+                cutoff = _days_ago(days)
                 due = [str(r[0]) for r in self.writer.conn.execute(sql, (cutoff,))]
-                payloads += [{"messages_before": cutoff, key: due[i:i + MAX_RETENTION_SESSIONS]}
+                payloads += [{cutoff_key: cutoff, sessions_key: due[i:i + MAX_RETENTION_SESSIONS]}
                              for i in range(0, len(due), MAX_RETENTION_SESSIONS)]
         if self.settings.forgotten_days > 0:
             cutoff = _days_ago(self.settings.forgotten_days)

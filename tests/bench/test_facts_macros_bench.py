@@ -24,3 +24,5 @@ def test_the_facts_and_macros_bench_prints_rates_and_read_times() -> None:
         assert re.search(rf"{re.escape(name)} +[\d,]+ events/s +x[\d.]+ of baseline", out), name
     for name in ("list_facts (baseline)", "fact_history(one key)", "relevant_facts(query, 5)"):
         assert re.search(rf"{re.escape(name)} +[\d.]+ ms +x[\d.]+", out), name
+    assert re.search(r"relearning the macros from 300 recorded calls .*: [\d.]+ s, \d+ µs a "
+                     r"call, x[\d.]+ of applying them", out), out

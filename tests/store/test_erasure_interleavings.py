@@ -90,7 +90,7 @@ def _step(log: EventLog, made: list[str], i: int, step: str, session: str, arg: 
         return event(EventType.MACRO_USED, {"macro_id": arg}, created_at=at(i))
     if step == "expire_calls":
         return event(EventType.RETENTION_APPLIED,
-                     {"messages_before": at(arg), "tool_call_sessions": [session]},
+                     {"calls_before": at(arg), "tool_call_sessions": [session]},
                      created_at=at(i))
     if step == "forget_user":
         return event(EventType.USER_FORGOTTEN, {"user_id": session}, created_at=at(i))

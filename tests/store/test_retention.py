@@ -171,8 +171,10 @@ def test_then_forgotten_records_go_but_retentions_stay(log: EventLog) -> None:
 @pytest.mark.parametrize("payload", [
     {}, {"messages_before": at(1)}, {"sessions": ["a"]},
     {"forgotten_before": at(1), "sessions": ["a"]}, {"tool_call_sessions": ["a"]},
-    {"forgotten_before": at(1), "tool_call_sessions": ["a"]},
-    {"messages_before": at(1), "tool_call_sessions": []}])
+    {"calls_before": at(1)}, {"forgotten_before": at(1), "tool_call_sessions": ["a"]},
+    {"messages_before": at(1), "tool_call_sessions": ["a"]},
+    {"calls_before": at(1), "sessions": ["a"]},
+    {"calls_before": at(1), "tool_call_sessions": []}])
 def test_an_incomplete_event_is_set_aside(log: EventLog, payload: dict[str, Any]) -> None:
     log.send(event(EventType.RETENTION_APPLIED, payload))
     assert any("retention.applied" in reason for reason in log.rejections())
@@ -187,7 +189,7 @@ def test_messages_must_outlive_consolidation() -> None:
 @pytest.mark.parametrize("values", [
     {"forgotten_days": -1.0}, {"forgotten_days": float("nan")}, {"interval_hours": 0.0},
     {"messages_days": -2.0}, {"messages_days": float("inf")},
-    {"interval_hours": 10_000.0}])
+    {"interval_hours": 10_000.0}, {"tool_calls_days": -1.0}, {"tool_calls_days": float("nan")}])
 def test_bad_settings_are_refused(values: dict[str, float]) -> None:
     with pytest.raises(ConfigError, match=r"\[retention\] value\(s\) out of range"):
         RetentionConfig(**values)
@@ -306,7 +308,7 @@ def call(session: str, tool: str, path: str, minute: int) -> Event:
 
 
 def expire_calls(before: str, *sessions: str) -> Event:
-    return event(EventType.RETENTION_APPLIED, {"messages_before": before,
+    return event(EventType.RETENTION_APPLIED, {"calls_before": before,
                                                "tool_call_sessions": list(sessions)},
                  created_at=at(50))
 
@@ -367,15 +369,12 @@ def test_a_use_of_a_macro_only_old_calls_taught_goes_too(log: EventLog) -> None:
 
 @pytest.mark.redis
 def test_the_writer_erases_old_tool_calls_from_the_file(config: Config) -> None:
-    """`[retention] messages_days` of about a second: the arguments of recorded tool
+    """`[retention] tool_calls_days` of about a second: the arguments of recorded tool
     calls leave the database file and its WAL, and what they taught is unlearned."""
-    from memq.config import ConsolidationConfig
-
     marker = "qzvtoolcall0342"
     config = config.replace(
         writer=WriterConfig(reconcile_interval_s=0.1),
-        consolidation=ConsolidationConfig(min_age_hours=0),
-        retention=RetentionConfig(messages_days=1 / 86_400, interval_hours=0.1 / 3600))
+        retention=RetentionConfig(tool_calls_days=1 / 86_400, interval_hours=0.1 / 3600))
     with WriterThread(config), MemoryClient(config=config) as client:
         for _ in range(3):
             client.record_tool_call("s1", "read_file", {"path": f"/home/{marker}/a.py"})
