@@ -29,6 +29,7 @@ the value's shape) become ``<secret>`` in patterns and templates alike, and
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -48,6 +49,8 @@ PRIOR_TOTAL = 4.0
 
 LONG_TEXT = 200
 """Strings longer than this are free text, never literal: they become ``<text>``."""
+TEXT_CACHE = 8192
+"""Patterns of strings remembered (each at most LONG_TEXT characters: ~4 MB at most)."""
 
 MAX_DEPTH = 32
 """Nesting deeper than this is summarised as ``<deep>`` instead of walked."""
@@ -74,8 +77,11 @@ def args_pattern(args: Mapping[str, Any]) -> str:
     return _canonical(_generalise(dict(args), 0, None))
 
 
+@functools.lru_cache(maxsize=TEXT_CACHE)
 def generalise_text(text: str) -> str:
-    """A string argument with its varying parts replaced by placeholders."""
+    """A string argument with its varying parts replaced by placeholders (remembered for
+    the last TEXT_CACHE strings: agents repeat their commands and paths, and this is most
+    of what learning from a call costs)."""
     if len(text) > LONG_TEXT:
         return "<text>"
     tokens = _tokens(text)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from memq.toolcalls import (
     LONG_TEXT,
+    TEXT_CACHE,
     args_pattern,
     confidence,
     fill_template,
@@ -239,3 +240,12 @@ def test_a_template_holds_no_number_and_no_quoted_text_of_its_call(
             assert shown == generalise_text(value) or shown == "<secret>"
             assert "'" not in shown
             assert '"' not in shown
+
+
+@settings(max_examples=300)
+@given(st.lists(st.text(max_size=LONG_TEXT + 20), min_size=1, max_size=30))
+def test_a_remembered_pattern_is_the_pattern(texts: list[str]) -> None:
+    # Remembered or not (the cache holds the last TEXT_CACHE strings), the same answer.
+    for text in texts * 2:
+        assert generalise_text(text) == generalise_text.__wrapped__(text)
+    assert generalise_text.cache_info().maxsize == TEXT_CACHE
