@@ -154,14 +154,13 @@ SCHEMAS: dict[str, Schema] = {
     EventType.USER_FORGOTTEN: Schema(1, {"user_id": _ID}),
     # The writer's periodic retention pass (store/write/retention.py): the records of the
     # forgets committed before `forgotten_before` go, the messages of `sessions` created
-    # before `messages_before`, and the tool calls recorded in `tool_call_sessions` before
-    # `calls_before` (store/projections/retention.py).
+    # before `messages_before`, and every tool call recorded before `calls_before`
+    # (store/projections/retention.py).
     EventType.RETENTION_APPLIED: Schema(1, {
         "forgotten_before": _optional(_TIMESTAMP),
         "messages_before": _optional(_TIMESTAMP),
         "sessions": Field(list, required=False, check=rules.retention_sessions),
         "calls_before": _optional(_TIMESTAMP),
-        "tool_call_sessions": Field(list, required=False, check=rules.retention_sessions),
     }),
     # A pass over every session, or over one when the event names a session.
     EventType.CONSOLIDATION_REQUESTED: Schema(

@@ -20,9 +20,9 @@ the pass is recorded in ``erasures`` (other processes drop the vectors they cach
 event names its sessions, so a rebuild, which never sees the erased messages, moves the
 same marks.
 
-**Tool calls** (``calls_before`` and ``tool_call_sessions``): the calls recorded in
-those sessions (``macro.observed``, with their arguments) before the cutoff become
-tombstones; the macros are learned again from the calls left (``relearn_macros`` in
+**Tool calls** (``calls_before``): every call recorded (``macro.observed``, with its
+arguments) before the cutoff becomes a tombstone, whatever its session, so one event and
+one relearning cover a pass; the macros are learned again from the calls left (``relearn_macros`` in
 store/projections/forgetting.py: what a rebuild, which skips tombstones, learns), and a
 recorded use of a macro only those calls had taught becomes a tombstone too. Only calls
 logged before this event: one logged later with an older producer time is not this
@@ -75,25 +75,24 @@ _TOMBSTONE = f"""
     RETURNING seq"""
 
 
-# By session (events_by_session); ``seq < :by``: only calls logged before this event.
+# Through events_by_type (type, seq); ``seq < :by``: only calls logged before this event.
 _TOMBSTONE_CALLS = f"""
     UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
-    WHERE session_id IN (SELECT value FROM json_each(:sessions)) AND seq < :by
-      AND type = 'macro.observed' AND created_at < :before AND erased_by IS NULL
+    WHERE type = 'macro.observed' AND seq < :by AND created_at < :before
+      AND erased_by IS NULL
     RETURNING seq"""
 
 
 def apply_retention(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
-    _check_pairs(p)
+    _check_cutoffs(p)
     ids: list[str] = []
     events = 0
     if p.get("messages_before") is not None:
         ids, events = _expire_messages(cur, p["messages_before"], p["sessions"], seq,
                                        effects)
     if p.get("calls_before") is not None:
-        events += _expire_tool_calls(cur, p["calls_before"], p["tool_call_sessions"], seq,
-                                     effects)
+        events += _expire_tool_calls(cur, p["calls_before"], seq, effects)
     if p.get("forgotten_before") is not None:
         events += _drop_forget_records(cur, p["forgotten_before"], seq, effects)
     if not ids and not events:
@@ -108,16 +107,13 @@ def apply_retention(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) 
     effects.erased.append(Erasure(event.id, seq, tuple(ids)))
 
 
-_PAIRS = (("messages_before", "sessions"), ("calls_before", "tool_call_sessions"))
-
-
-def _check_pairs(p: dict[str, object]) -> None:
-    if all(p.get(key) is None for key in ("forgotten_before", *dict(_PAIRS))):
+def _check_cutoffs(p: dict[str, object]) -> None:
+    if all(p.get(key) is None for key in ("forgotten_before", "messages_before",
+                                          "calls_before")):
         raise InvalidEvent("retention.applied: names none of forgotten_before, "
                            "messages_before, calls_before")
-    for cutoff, sessions in _PAIRS:
-        if (p.get(cutoff) is None) != (p.get(sessions) is None):
-            raise InvalidEvent(f"retention.applied: {cutoff} and {sessions} go together")
+    if (p.get("messages_before") is None) != (p.get("sessions") is None):
+        raise InvalidEvent("retention.applied: messages_before and sessions go together")
 
 
 def _expire_messages(cur: apsw.Cursor, before: str, sessions: list[str], seq: int,
@@ -148,11 +144,9 @@ def _expire_messages(cur: apsw.Cursor, before: str, sessions: list[str], seq: in
     return ids, events
 
 
-def _expire_tool_calls(cur: apsw.Cursor, before: str, sessions: list[str], seq: int,
-                       effects: Effects) -> int:
-    """Empty the sessions' calls recorded before ``before``; returns how many events went."""
-    gone = [int(r[0]) for r in cur.execute(_TOMBSTONE_CALLS, {
-        "by": seq, "sessions": orjson.dumps(sessions).decode(), "before": before})]
+def _expire_tool_calls(cur: apsw.Cursor, before: str, seq: int, effects: Effects) -> int:
+    """Empty the calls recorded before ``before``; returns how many events went."""
+    gone = [int(r[0]) for r in cur.execute(_TOMBSTONE_CALLS, {"by": seq, "before": before})]
     if not gone:
         return 0
     effects.tombstoned.update(gone)

@@ -34,10 +34,12 @@ _DUE_SESSIONS = """
       AND id NOT IN (SELECT summary_id FROM summary_sources) ORDER BY session_id"""
 
 
-# Sessions with a tool call past the cutoff still recorded (events_by_type, then the rows).
-_DUE_CALLS = """
-    SELECT DISTINCT session_id FROM events WHERE type = 'macro.observed' AND created_at < ?
-      AND erased_by IS NULL AND session_id IS NOT NULL ORDER BY session_id"""
+# Is a tool call past the cutoff still recorded? (events_by_type, then the rows)
+_CALL_DUE = """
+    SELECT 1 FROM events WHERE type = 'macro.observed' AND created_at < ?
+      AND erased_by IS NULL LIMIT 1"""
+_FORGET_DUE = """
+    SELECT 1 FROM erasures WHERE created_at < ? AND kind IN ('session', 'user') LIMIT 1"""
 
 
 class RetentionPass:
@@ -67,22 +69,19 @@ class RetentionPass:
 
     def _payloads(self) -> list[dict[str, Any]]:
         payloads: list[dict[str, Any]] = []
-        for days, (cutoff_key, sessions_key), sql in (
-                (self.settings.messages_days, ("messages_before", "sessions"), _DUE_SESSIONS),
-                (self.settings.tool_calls_days, ("calls_before", "tool_call_sessions"),
-                 _DUE_CALLS)):
-            if days > 0:
-                cutoff = _days_ago(days)
-                due = [str(r[0]) for r in self.writer.conn.execute(sql, (cutoff,))]
-                payloads += [{cutoff_key: cutoff, sessions_key: due[i:i + MAX_RETENTION_SESSIONS]}
-                             for i in range(0, len(due), MAX_RETENTION_SESSIONS)]
-        if self.settings.forgotten_days > 0:
-            cutoff = _days_ago(self.settings.forgotten_days)
-            row = self.writer.conn.execute(
-                "SELECT 1 FROM erasures WHERE created_at < ? AND kind IN ('session', 'user') "
-                "LIMIT 1", (cutoff,)).fetchone()
-            if row is not None:
-                payloads.append({"forgotten_before": cutoff})
+        if self.settings.messages_days > 0:
+            cutoff = _days_ago(self.settings.messages_days)
+            due = [str(r[0]) for r in self.writer.conn.execute(_DUE_SESSIONS, (cutoff,))]
+            payloads += [{"messages_before": cutoff,
+                          "sessions": due[i:i + MAX_RETENTION_SESSIONS]}
+                         for i in range(0, len(due), MAX_RETENTION_SESSIONS)]
+        # One event each, whatever the number of sessions: expiring calls relearns the
+        # macros once, and forgets' records are found by their age alone.
+        for days, key, sql in ((self.settings.tool_calls_days, "calls_before", _CALL_DUE),
+                               (self.settings.forgotten_days, "forgotten_before", _FORGET_DUE)):
+            cutoff = _days_ago(days)
+            if days > 0 and self.writer.conn.execute(sql, (cutoff,)).fetchone() is not None:
+                payloads.append({key: cutoff})
         return payloads
 
 
