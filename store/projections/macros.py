@@ -196,15 +196,14 @@ def relearn(cur: apsw.Cursor, refused: Callable[[int], None] | None = None,
             before: int | None = None) -> int:
     """Rebuild this projection alone from the log, under today's rule; returns the events.
 
-    ``before``: only from the events logged before that position. An erasing event
-    relearns what came before it; the events after it in its batch are already in the
-    log, and would be applied twice.
-
     For a rule change that the rows must follow (a migration), or for calls that were
     forgotten (store/projections/forgetting.py): replaying the events that feed these
     tables, in log order, gives the rows a full rebuild would, ids included. With
     ``refused``, an event that no longer applies (a use of a macro that only forgotten
-    calls had taught) is handed to it by position instead of stopping the replay.
+    calls had taught) is handed to it by position instead of stopping the replay. With
+    ``before``, only the events logged before that position: an erasing event relearns
+    what came before it, since the events after it in its batch are in the log already
+    and would otherwise be applied twice.
     """
     cur.execute("DELETE FROM macros; DELETE FROM macro_next_args; DELETE FROM macro_last_calls")
     effects = Effects()  # macros owe no follow-up

@@ -22,12 +22,12 @@ same marks.
 
 **Tool calls** (``calls_before``): every call recorded (``macro.observed``, with its
 arguments) before the cutoff becomes a tombstone, whatever its session, so one event and
-one relearning cover a pass; the macros are learned again from the calls left (``relearn_macros`` in
-store/projections/forgetting.py: what a rebuild, which skips tombstones, learns), and a
-recorded use of a macro only those calls had taught becomes a tombstone too. Only calls
-logged before this event: one logged later with an older producer time is not this
-pass's to erase. No session's mark moves for them (no process keeps tool calls), so a
-session with calls and no messages gets no row.
+one relearning cover a pass. The macros are learned again from the calls left
+(``relearn_macros`` in store/projections/forgetting.py: what a rebuild, which skips
+tombstones, learns), and a recorded use of a macro only those calls had taught becomes a
+tombstone too. Only calls logged before this event: one logged later with an older
+producer time is not this pass's to erase. No session's mark moves for them (no process
+keeps tool calls), so a session with calls and no messages gets no row.
 
 **Records of forgets** (``forgotten_before``): a forget keeps, on purpose, what it needs
 while traces of the forgotten data may still arrive: its event (it names the session or

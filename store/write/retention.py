@@ -79,8 +79,10 @@ class RetentionPass:
         # macros once, and forgets' records are found by their age alone.
         for days, key, sql in ((self.settings.tool_calls_days, "calls_before", _CALL_DUE),
                                (self.settings.forgotten_days, "forgotten_before", _FORGET_DUE)):
+            if days <= 0:
+                continue
             cutoff = _days_ago(days)
-            if days > 0 and self.writer.conn.execute(sql, (cutoff,)).fetchone() is not None:
+            if self.writer.conn.execute(sql, (cutoff,)).fetchone() is not None:
                 payloads.append({key: cutoff})
         return payloads
 
