@@ -70,6 +70,30 @@ def unindex(cur: apsw.Cursor, seqs: Sequence[int]) -> None:
         cur.execute(_SECURE_DELETE, (1,))
 
 
+_VOCABULARY = "messages_fts_vocabulary"
+CONTENT_QUERIES = (
+    f"SELECT term, col, doc, cnt FROM temp.{_VOCABULARY} ORDER BY term, col",
+    "SELECT id, sz FROM messages_fts_docsize ORDER BY id",
+)
+"""What the index holds, as two ordered lists: each word's messages and occurrences per
+column, and each message's token counts. Logical, so the same whatever the index's
+segments (merged or not, deleted in place or not): two databases whose messages are the
+same give the same rows, and a forgotten message's words left behind show as a count
+that differs. Read them after :func:`open_vocabulary`."""
+
+
+def open_vocabulary(conn: apsw.Connection) -> None:
+    """Make :data:`CONTENT_QUERIES` readable on ``conn``, a read-only connection too."""
+    # query_only refuses even a temporary table; this one writes nothing to the file.
+    guarded = conn.pragma("query_only")
+    conn.pragma("query_only", False)
+    try:
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_VOCABULARY} "
+                     "USING fts5vocab(main, messages_fts, 'col')")
+    finally:
+        conn.pragma("query_only", guarded)
+
+
 def check(cur: apsw.Cursor) -> str | None:
     """FTS5's own check of the index against the messages' text; what it found, if anything."""
     try:

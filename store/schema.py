@@ -29,9 +29,10 @@ PROJECTION_TABLES = (
 )
 """Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping.
 
-``messages_fts`` (the lexical index) is emptied and refilled by a rebuild too; it reads
-its text from ``messages``, so it is not compared row by row: FTS5's integrity check
-(``store.lexical.check``) verifies that it agrees with them."""
+``messages_fts`` (the lexical index) is emptied and refilled by a rebuild too; it is not a
+table to compare row by row, so ``memq rebuild --check`` compares what it holds
+(``store.lexical.CONTENT_QUERIES``: each word's messages and counts, each message's
+token counts)."""
 
 
 def applied(conn: apsw.Connection) -> list[str]:

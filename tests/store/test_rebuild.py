@@ -41,6 +41,27 @@ def test_check_reports_a_tampered_projection(client: MemoryClient, config: Confi
     assert "projections differ from the log" in done.stdout
 
 
+@pytest.mark.parametrize("tamper", [
+    # A message's words gone from the index, the message still there.
+    "DELETE FROM messages_fts WHERE rowid = (SELECT max(seq) FROM messages)",
+    # Words of a message that is not there (as a forget that left the index would).
+    "INSERT INTO messages_fts (rowid, content, session) VALUES (999999, 'leftover', 'sx')",
+    # Another message's words indexed again under its position.
+    "INSERT INTO messages_fts (rowid, content, session) "
+    "SELECT seq, 'message 7', 's73x' FROM messages WHERE content = 'message 1'",
+])
+def test_check_reports_a_lexical_index_that_differs(
+    client: MemoryClient, config: Config, tamper: str
+) -> None:
+    fill(client)
+    conn = apsw.Connection(config.db_path)
+    conn.execute(tamper)
+    conn.close()
+    differences = rebuild.check(config.db_path)
+    assert differences
+    assert all(d.startswith("messages_fts:") for d in differences)
+
+
 def test_rebuild_repairs_and_refuses_while_writer_runs(
     client: MemoryClient, config: Config, writer: WriterThread
 ) -> None:
