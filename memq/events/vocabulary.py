@@ -161,6 +161,7 @@ SCHEMAS: dict[str, Schema] = {
         "messages_before": _optional(_TIMESTAMP),
         "sessions": Field(list, required=False, check=rules.retention_sessions),
         "calls_before": _optional(_TIMESTAMP),
+        "documents_at": _optional(_TIMESTAMP),
     }),
     # A pass over every session, or over one when the event names a session.
     EventType.CONSOLIDATION_REQUESTED: Schema(

@@ -52,4 +52,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0020_events_erased_by", m.events_erased_by),
     Migration("0021_fts_external_content", m.fts_external_content),
     Migration("0022_message_forgetting", m.message_forgetting),
+    Migration("0023_document_erasure", m.document_erasure),
 ]

@@ -280,3 +280,35 @@ def message_forgetting(cur: apsw.Cursor) -> None:
             WHERE seq IS NOT NULL;
         """
     )
+
+
+def document_erasure(cur: apsw.Cursor) -> None:
+    # A deleted or expired document's events become tombstones (their payloads hold its
+    # values and vector; store/projections/documents.py). `events_document_key` finds a
+    # document's events by its user, namespace and key, and by the user alone for a
+    # forget: it replaces `events_document_owner` (the same expression first, the same
+    # WHERE terms). Documents deleted before this migration lose theirs now, as they
+    # would have then; those that expired keep theirs (their expiry is not in the log).
+    cur.execute(
+        """
+        CREATE INDEX events_document_key ON events(json_extract(payload, '$.user_id'),
+            json_extract(payload, '$.namespace'), json_extract(payload, '$.key'))
+            WHERE type IN ('document.put', 'document.deleted', 'document.touched');
+        DROP INDEX events_document_owner;
+        UPDATE events AS e SET payload = '{}', erased_by = (
+                SELECT min(d.seq) FROM events AS d
+                WHERE d.type = 'document.deleted' AND d.seq > e.seq
+                  AND json_extract(d.payload, '$.user_id') IS json_extract(e.payload, '$.user_id')
+                  AND json_extract(d.payload, '$.namespace')
+                      = json_extract(e.payload, '$.namespace')
+                  AND json_extract(d.payload, '$.key') = json_extract(e.payload, '$.key'))
+            WHERE e.type IN ('document.put', 'document.deleted', 'document.touched')
+              AND e.erased_by IS NULL AND EXISTS (
+                SELECT 1 FROM events AS d
+                WHERE d.type = 'document.deleted' AND d.seq > e.seq
+                  AND json_extract(d.payload, '$.user_id') IS json_extract(e.payload, '$.user_id')
+                  AND json_extract(d.payload, '$.namespace')
+                      = json_extract(e.payload, '$.namespace')
+                  AND json_extract(d.payload, '$.key') = json_extract(e.payload, '$.key'));
+        """
+    )

@@ -5,6 +5,13 @@ the user erases it (``forgetting.py``). With ``ttl_minutes`` it expires that lon
 was last put or touched. Expiry is decided by the events' own times, never the clock:
 applying any document event first deletes the documents that had expired by then, so a
 rebuild from the log gives the same rows; readers also skip what has expired since.
+
+A document deleted or expired leaves no value behind: its earlier events (every put
+holds a value and maybe a vector) become tombstones, as a forget's do
+(``forgetting.TOMBSTONE``, ``erased_by`` the event that deleted or expired it). A rebuild
+skips them, never creates the document, and gives the same rows. A value overwritten by
+a later put stays in the log until its document goes: the document keeps the time of
+its first put (``created_at``), which a rebuild reads from that event.
 """
 
 from __future__ import annotations
@@ -20,14 +27,23 @@ from memq.events import Event, EventType
 from memq.store import vectors
 from memq.store.effects import Effects
 from memq.store.projections.base import Applier
+from memq.store.projections.forgetting import TOMBSTONE
 
 # Word for word the expression of the unique index documents_by_key (migration 0018).
 _KEY = "ifnull(user_id, '') = ifnull(:user, '') AND namespace = :namespace AND key = :key"
+# The expressions and WHERE terms of the index events_document_key, word for word.
+_TOMBSTONE_EVENTS = f"""
+    UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
+    WHERE json_extract(payload, '$.user_id') IS :user
+      AND json_extract(payload, '$.namespace') = json(:namespace)
+      AND json_extract(payload, '$.key') = :key
+      AND type IN ('document.put', 'document.deleted', 'document.touched')
+      AND seq < :by AND erased_by IS NULL"""
 
 
 def apply_put(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
-    _expire(cur, event.created_at)
+    expire(cur, event.created_at, seq)
     blob = None
     if p.get("vector_b64") is not None:
         if p.get("dim") is None or p.get("model") is None:
@@ -51,13 +67,15 @@ def apply_put(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> Non
 
 
 def apply_deleted(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
-    _expire(cur, event.created_at)
-    cur.execute(f"DELETE FROM documents WHERE {_KEY}", _names(event))
+    expire(cur, event.created_at, seq)
+    names = _names(event)
+    cur.execute(f"DELETE FROM documents WHERE {_KEY}", names)
+    cur.execute(_TOMBSTONE_EVENTS, {**names, "by": seq})
 
 
 def apply_touched(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     """Restart the time to live of a document that has one (and has not expired)."""
-    _expire(cur, event.created_at)
+    expire(cur, event.created_at, seq)
     row = cur.execute(f"SELECT ttl_minutes FROM documents WHERE {_KEY}",
                       _names(event)).fetchone()
     if row is not None and row[0] is not None:
@@ -65,8 +83,18 @@ def apply_touched(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) ->
                     {**_names(event), "expires": _expiry(event.created_at, row[0])})
 
 
-def _expire(cur: apsw.Cursor, at: str) -> None:
-    cur.execute("DELETE FROM documents WHERE expires_at <= ?", (at,))
+def expire(cur: apsw.Cursor, at: str, seq: int) -> int:
+    """Delete the documents expired at ``at`` and empty their events, for the event at
+    ``seq`` (a document event, or retention); returns how many events."""
+    gone = cur.execute("DELETE FROM documents WHERE expires_at <= ? "
+                       "RETURNING user_id, namespace, key", (at,)).fetchall()
+    emptied = 0
+    for user, namespace, key in gone:
+        cur.execute(_TOMBSTONE_EVENTS,
+                    {"user": user, "namespace": namespace, "key": key, "by": seq})
+        emptied += cur.getconnection().changes()
+    return emptied
+
 
 
 def _expiry(at: str, ttl_minutes: float | None) -> str | None:

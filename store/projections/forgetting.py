@@ -83,7 +83,7 @@ _TOMBSTONE_FACTS = f"""
     UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
     WHERE json_extract(payload, '$.user_id') = :user
       AND type IN ('fact.set', 'fact.deleted') AND erased_by IS NULL"""
-# ... and of the index events_document_owner.
+# ... and of the index events_document_key (its first expression).
 _TOMBSTONE_DOCUMENTS = f"""
     UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
     WHERE json_extract(payload, '$.user_id') = :user

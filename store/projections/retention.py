@@ -29,6 +29,11 @@ tombstone too. Only calls logged before this event: one logged later with an old
 producer time is not this pass's to erase. No session's mark moves for them (no process
 keeps tool calls), so a session with calls and no messages gets no row.
 
+**Expired documents** (``documents_at``): the documents whose time to live had run out
+by then are deleted and their events emptied, as the next document event would have
+done (store/projections/documents.py); the writer logs it when some have, so that
+their values leave the log even when no document is written for a long time.
+
 **Records of forgets** (``forgotten_before``): a forget keeps, on purpose, what it needs
 while traces of the forgotten data may still arrive: its event (it names the session or
 the user), the tombstones of the events it emptied (so a redelivered event is still a
@@ -51,6 +56,7 @@ from memq.errors import InvalidEvent
 from memq.events import Event, EventType
 from memq.store import lexical
 from memq.store.effects import Effects, Erasure
+from memq.store.projections import documents
 from memq.store.projections.base import Applier
 from memq.store.projections.forgetting import TOMBSTONE, relearn_macros
 from memq.store.projections.sessions import recount, touch
@@ -95,6 +101,8 @@ def apply_retention(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) 
         events += _expire_tool_calls(cur, p["calls_before"], seq, effects)
     if p.get("forgotten_before") is not None:
         events += _drop_forget_records(cur, p["forgotten_before"], seq, effects)
+    if p.get("documents_at") is not None:
+        events += documents.expire(cur, p["documents_at"], seq)
     if not ids and not events:
         return
     # OR IGNORE: a rebuild replays the event and finds the row (with the live counts).
@@ -107,11 +115,12 @@ def apply_retention(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) 
     effects.erased.append(Erasure(event.id, seq, tuple(ids)))
 
 
+_PARTS = ("forgotten_before", "messages_before", "calls_before", "documents_at")
+
+
 def _check_cutoffs(p: dict[str, object]) -> None:
-    if all(p.get(key) is None for key in ("forgotten_before", "messages_before",
-                                          "calls_before")):
-        raise InvalidEvent("retention.applied: names none of forgotten_before, "
-                           "messages_before, calls_before")
+    if all(p.get(key) is None for key in _PARTS):
+        raise InvalidEvent(f"retention.applied: names none of {', '.join(_PARTS)}")
     if (p.get("messages_before") is None) != (p.get("sessions") is None):
         raise InvalidEvent("retention.applied: messages_before and sessions go together")
 

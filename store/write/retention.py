@@ -1,7 +1,8 @@
 """The writer's retention pass: once per ``[retention] interval_hours``, messages older
-than ``messages_days``, recorded tool calls older than ``tool_calls_days`` and the
-records of forgets older than ``forgotten_days`` are erased through ``retention.applied``
-events (store/projections/retention.py).
+than ``messages_days``, recorded tool calls older than ``tool_calls_days``, the records
+of forgets older than ``forgotten_days`` and the documents whose time to live ran out
+(whatever the settings: a time to live is the caller's own) are erased through
+``retention.applied`` events (store/projections/retention.py).
 
 The writer makes the events itself and applies each in its own transaction
 (:meth:`Writer.apply_local`), so the log says when retention ran, on which sessions and
@@ -40,6 +41,8 @@ _CALL_DUE = """
       AND erased_by IS NULL LIMIT 1"""
 _FORGET_DUE = """
     SELECT 1 FROM erasures WHERE created_at < ? AND kind IN ('session', 'user') LIMIT 1"""
+# documents_by_expiry
+_DOCUMENT_DUE = "SELECT 1 FROM documents WHERE expires_at <= ? LIMIT 1"
 
 
 class RetentionPass:
@@ -52,9 +55,7 @@ class RetentionPass:
         """When the pass looks again (monotonic seconds); 0: at the first reconcile."""
 
     def __call__(self) -> None:
-        on = max(self.settings.messages_days, self.settings.forgotten_days,
-                 self.settings.tool_calls_days) > 0
-        if not on or time.monotonic() < self.next_at:
+        if time.monotonic() < self.next_at:
             return
         self.next_at = time.monotonic() + self.settings.interval_hours * 3600
         for payload in self._payloads():
@@ -84,6 +85,9 @@ class RetentionPass:
             cutoff = _days_ago(days)
             if self.writer.conn.execute(sql, (cutoff,)).fetchone() is not None:
                 payloads.append({key: cutoff})
+        now = to_rfc3339(now_utc())
+        if self.writer.conn.execute(_DOCUMENT_DUE, (now,)).fetchone() is not None:
+            payloads.append({"documents_at": now})
         return payloads
 
 

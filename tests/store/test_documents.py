@@ -7,9 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from memq.events import EventType
+from memq.events import EventType, rules
+from memq.store import schema
+from memq.store.connection import open_connection
+from memq.store.projections import documents, forgetting
 from memq.store.read.documents import documents_under, get_document, namespaces
 from tests.store.eventlog import EventLog, at, event
 
@@ -91,3 +97,130 @@ def test_prefixes_match_whole_labels(log: EventLog) -> None:
     assert sorted(d.key for d in under) == ["1", "2", "3"]
     under_b = documents_under(log.reader(), ("a", "b"), user_id=None, now=at(1))
     assert [d.key for d in under_b] == ["1"]
+
+
+def live_puts(log: EventLog) -> list[tuple[Any, ...]]:
+    """(user, namespace, key) of every put the log still holds a value of."""
+    return log.rows("""
+        SELECT DISTINCT json_extract(payload, '$.user_id'), json_extract(payload, '$.namespace'),
+               json_extract(payload, '$.key')
+        FROM events WHERE type = 'document.put' AND erased_by IS NULL ORDER BY 1, 2, 3""")
+
+
+def stored(log: EventLog) -> list[tuple[Any, ...]]:
+    return log.rows("SELECT user_id, namespace, key FROM documents ORDER BY 1, 2, 3")
+
+
+def test_a_deleted_documents_values_leave_the_log(log: EventLog) -> None:
+    log.send(put("a", {"v": "first-7c1e"}, minute=1), put("a", {"v": "second-7c1e"}, minute=2),
+             named(EventType.DOCUMENT_TOUCHED, "a", minute=3), put("b", {"v": "kept"}),
+             put("a", {"v": "alice-7c1e"}, user="alice"))
+    log.send(named(EventType.DOCUMENT_DELETED, "a", minute=4))
+    (deleted,) = log.rows("SELECT seq FROM events WHERE type = 'document.deleted'")
+    emptied = log.rows("SELECT type, payload, erased_by FROM events WHERE erased_by IS NOT NULL "
+                       "ORDER BY seq")
+    assert emptied == [("document.put", "{}", deleted[0])] * 2 + [
+        ("document.touched", "{}", deleted[0])]
+    values = "".join(r[0] for r in log.rows("SELECT payload FROM events"))
+    assert "first-7c1e" not in values
+    assert "second-7c1e" not in values
+    assert "alice-7c1e" in values
+    assert "kept" in values
+    assert stored(log) == [(None, '["notes"]', "b"), ("alice", '["notes"]', "a")]
+    log.assert_rebuild_equal()
+
+
+def test_a_document_put_again_after_its_delete_keeps_its_new_value(log: EventLog) -> None:
+    log.send(put("a", {"v": "old"}, minute=1), named(EventType.DOCUMENT_DELETED, "a", minute=2),
+             put("a", {"v": "new"}, minute=3))
+    assert [r[0] for r in log.rows("SELECT payload FROM events WHERE type = 'document.put' "
+                                   "ORDER BY seq")] == ["{}", '{"namespace":["notes"],'
+                                                        '"key":"a","value":{"v":"new"}}']
+    found = get_document(log.reader(), ("notes",), "a", user_id=None, now=at(4))
+    assert found is not None
+    assert (found.value, found.created_at) == ({"v": "new"}, at(3))
+    log.assert_rebuild_equal()
+
+
+def test_an_expired_documents_values_leave_the_log_at_the_next_document_event(
+    log: EventLog,
+) -> None:
+    log.send(put("short", {"v": "gone-9f2a"}, minute=0, ttl=5), put("kept", {}, minute=0))
+    log.send(put("other", {}, minute=6, user="bob"))  # any document event applies expiry
+    assert stored(log) == [(None, '["notes"]', "kept"), ("bob", '["notes"]', "other")]
+    assert "gone-9f2a" not in "".join(r[0] for r in log.rows("SELECT payload FROM events"))
+    (by,) = log.rows("SELECT seq FROM events WHERE json_extract(payload, '$.user_id') = 'bob'")
+    assert log.rows("SELECT erased_by FROM events WHERE payload = '{}'") == [by]
+    log.assert_rebuild_equal()
+
+
+# Any label the schema takes: quotes, backslashes, other scripts (a namespace is matched
+# as JSON text in the log).
+LABELS = st.text(st.characters(codec="utf-8"), min_size=1, max_size=6).filter(
+    lambda label: rules.namespace([label]) is None)
+DOCUMENT_STEPS = st.lists(st.tuples(
+    st.sampled_from(["put", "put", "delete", "touch"]),
+    st.sampled_from([None, "alice", "bob"]),
+    st.lists(LABELS, min_size=1, max_size=2).map(tuple),
+    st.sampled_from(["k", "K", "k2"]),
+    st.sampled_from([None, 1.0, 30.0]),
+), min_size=1, max_size=25)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(DOCUMENT_STEPS)
+def test_the_log_holds_values_only_of_documents_that_exist(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[Any, ...]],
+) -> None:
+    log = EventLog(tmp_path_factory.mktemp("documents"))
+    try:
+        for minute, (step, user, namespace, key, ttl) in enumerate(steps):
+            if step == "put":
+                sent = put(key, {"m": minute}, minute=minute, ttl=ttl, namespace=namespace,
+                           user=user)
+            else:
+                etype = (EventType.DOCUMENT_DELETED if step == "delete"
+                         else EventType.DOCUMENT_TOUCHED)
+                payload: dict[str, Any] = {"namespace": list(namespace), "key": key}
+                sent = event(etype, payload | ({} if user is None else {"user_id": user}),
+                             created_at=at(minute))
+            log.send(sent)
+        assert log.rejections() == []
+        # Every document in the table has its last put's value, and the log no other
+        # document's: what was deleted or has expired by the last event is gone.
+        assert live_puts(log) == stored(log)
+        log.assert_rebuild_equal()
+    finally:
+        log.close()
+
+
+def test_the_upgrade_empties_the_events_of_documents_deleted_before_it(tmp_path: Path) -> None:
+    conn = open_connection(tmp_path / "memq.db")
+    schema.migrate(conn, through="0022_message_forgetting")
+    logged = [put("a", {"v": "old"}), named(EventType.DOCUMENT_TOUCHED, "a"),
+              put("a", {"v": "alice's"}, user="alice"),
+              named(EventType.DOCUMENT_DELETED, "a"), put("a", {"v": "new"}),
+              named(EventType.DOCUMENT_DELETED, "a", user="bob")]
+    for seq, sent in enumerate(logged, start=1):
+        conn.execute("INSERT INTO events (seq, event_id, type, version, session_id, created_at,"
+                     " recorded_at, payload) VALUES (?, ?, ?, 1, NULL, ?, ?, ?)",
+                     (seq, sent.id, sent.type, sent.created_at, sent.created_at,
+                      orjson.dumps(sent.payload).decode()))
+    assert schema.migrate(conn) == ["0023_document_erasure"]
+    rows = conn.execute("SELECT seq, payload = '{}', erased_by FROM events ORDER BY seq")
+    assert list(rows) == [(1, 1, 4), (2, 1, 4), (3, 0, None), (4, 0, None), (5, 0, None),
+                          (6, 0, None)]
+    conn.close()
+
+
+@pytest.mark.parametrize(("sql", "params"), [
+    (documents._TOMBSTONE_EVENTS, {"by": 9, "user": None, "namespace": '["n"]', "key": "k"}),
+    (documents._TOMBSTONE_EVENTS, {"by": 9, "user": "u", "namespace": '["n"]', "key": "k"}),
+    (forgetting._TOMBSTONE_DOCUMENTS, {"by": 9, "user": "u"}),
+])
+def test_a_documents_events_are_found_by_seeking_their_index(
+    log: EventLog, sql: str, params: dict[str, Any]
+) -> None:
+    plan = " ".join(str(row[-1]) for row in log.conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    assert "SEARCH events USING INDEX events_document_key" in plan

@@ -171,7 +171,8 @@ def test_then_forgotten_records_go_but_retentions_stay(log: EventLog) -> None:
 @pytest.mark.parametrize("payload", [
     {}, {"messages_before": at(1)}, {"sessions": ["a"]},
     {"forgotten_before": at(1), "sessions": ["a"]}, {"calls_before": at(1), "sessions": ["a"]},
-    {"calls_before": "yesterday"}, {"calls_before": at(1), "tool_call_sessions": ["a"]}])
+    {"calls_before": "yesterday"}, {"calls_before": at(1), "tool_call_sessions": ["a"]},
+    {"documents_at": "now"}, {"documents_at": at(1), "sessions": ["a"]}])
 def test_an_incomplete_event_is_set_aside(log: EventLog, payload: dict[str, Any]) -> None:
     log.send(event(EventType.RETENTION_APPLIED, payload))
     assert any("retention.applied" in reason for reason in log.rejections())
@@ -387,6 +388,51 @@ def test_the_writer_erases_old_tool_calls_from_the_file(config: Config) -> None:
             assert time.monotonic() < deadline, "the retention pass never finished"
             time.sleep(0.05)
         assert client.suggest_next_tools("read_file", {"path": "b.py"}) == []
+    files = [p for p in (config.db_path, f"{config.db_path}-wal")
+             if Path(p).exists() and marker.encode() in Path(p).read_bytes()]
+    assert files == []
+    assert main(["rebuild", "--check", "--db", config.db_path]) == 0
+
+
+# -- expired documents ------------------------------------------------------------------------
+
+def test_expired_documents_go_with_their_values(log: EventLog) -> None:
+    def put(key: str, ttl: float | None) -> Event:
+        payload = {"namespace": ["notes"], "key": key, "value": {"v": f"{key}-4d2b"}}
+        return event(EventType.DOCUMENT_PUT, payload | ({} if ttl is None else
+                                                         {"ttl_minutes": ttl}))
+    log.send(put("short", 5), put("long", 60), put("kept", None))
+    log.send(event(EventType.RETENTION_APPLIED, {"documents_at": at(10)}, created_at=at(11)))
+    assert log.rows("SELECT key FROM documents ORDER BY key") == [("kept",), ("long",)]
+    values = "".join(r[0] for r in log.rows("SELECT payload FROM events"))
+    assert "short-4d2b" not in values
+    assert "long-4d2b" in values
+    assert log.rows("SELECT kind, messages, events FROM erasures") == [("retention", 0, 1)]
+    log.assert_rebuild_equal()
+
+
+@pytest.mark.redis
+def test_the_writer_expires_documents_whatever_the_settings(config: Config) -> None:
+    """With no `[retention]` setting on, a document whose time to live ran out leaves the
+    database file and its WAL by the writer's own pass, no other document event needed."""
+    marker = "qzvdocument8163"
+    config = config.replace(writer=WriterConfig(reconcile_interval_s=0.1),
+                            retention=RetentionConfig(interval_hours=0.1 / 3600))
+    with WriterThread(config), MemoryClient(config=config) as client:
+        client.put_document(["notes"], "brief", {"text": marker}, ttl_minutes=0.5 / 60)
+        client.put_document(["notes"], "kept", {"text": "stays"})
+        client.flush()
+        deadline = time.monotonic() + 30
+        while not _rows(config, "SELECT event_id FROM erasures WHERE kind = 'retention'"):
+            assert time.monotonic() < deadline, "the expired document never went"
+            time.sleep(0.1)
+        [(event_id,)] = _rows(config, "SELECT event_id FROM erasures")
+        connection = redis.Redis.from_url(config.redis_url)
+        while not connection.exists(f"memq:erased:{event_id}"):  # WAL truncated: done
+            assert time.monotonic() < deadline, "the retention pass never finished"
+            time.sleep(0.05)
+        assert client.document(["notes"], "brief") is None
+        assert client.document(["notes"], "kept") is not None
     files = [p for p in (config.db_path, f"{config.db_path}-wal")
              if Path(p).exists() and marker.encode() in Path(p).read_bytes()]
     assert files == []
