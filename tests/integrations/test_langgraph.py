@@ -154,6 +154,22 @@ def test_ttl_expires_an_item_and_a_rebuild_agrees(store: MemqStore, config: Conf
     assert rebuild.check(config.db_path) == []
 
 
+def test_a_deleted_or_expired_item_leaves_no_value_in_the_log(
+        store: MemqStore, config: Config) -> None:
+    store.put(("t",), "deleted", {"v": "qzvdeleted1"})
+    store.put(("t",), "deleted", {"v": "qzvdeleted2"})
+    store.put(("t",), "expired", {"v": "qzvexpired"}, ttl=0.001)
+    store.put(("t",), "kept", {"v": "qzvkept"})
+    store.delete(("t",), "deleted")
+    time.sleep(0.1)
+    store.put(("t",), "later", {"v": 4})
+    with apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY) as conn:
+        log = "".join(r[0] for r in conn.execute("SELECT payload FROM events"))
+    assert [w for w in ("qzvdeleted1", "qzvdeleted2", "qzvexpired", "qzvkept") if w in log] == [
+        "qzvkept"]
+    assert rebuild.check(config.db_path) == []
+
+
 def test_a_read_restarts_the_time_to_live(store: MemqStore, client: MemoryClient) -> None:
     store.put(("t",), "k", {"v": 1}, ttl=60)
     before = client.document(("t",), "k")
