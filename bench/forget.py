@@ -24,7 +24,12 @@ Then the marker is counted in the raw bytes of each database and its WAL. Last, 
 session (250 messages) of a user who stays is forgotten the same way, against a DELETE of
 its messages: what forgetting a conversation costs in a database of 20,000 messages.
 
+With ``--statements N``, the N statements the writer spent most time in while it forgot
+the user (SQLite's own timing, through apsw's profile hook; a statement run inside
+another, as FTS5 reading the text it unindexes, counts in both).
+
     .venv/bin/python bench/forget.py [--messages 10000] [--sessions 40] [--others 2]
+                                     [--statements 12]
 """
 
 from __future__ import annotations
@@ -143,13 +148,38 @@ Timing = tuple[float, float, float, dict[str, object]]
 writer's thread, mostly) spent until done, and its outcome."""
 
 
-def forget(config: Config, session: str) -> tuple[Timing, Timing]:
-    """Forget the user, then one session of a user who stays."""
-    with WriterThread(config), MemoryClient(config=config) as client:
+Profile = dict[str, list[int]]
+"""Statement (whitespace folded) -> [nanoseconds, runs]."""
+
+
+def forget(config: Config, session: str, profile: Profile) -> tuple[Timing, Timing]:
+    """Forget the user (its statements' times in ``profile``), then one session of a user
+    who stays."""
+    def record(statement: str, nanoseconds: int) -> None:
+        entry = profile.setdefault(" ".join(statement.split()), [0, 0])
+        entry[0] += nanoseconds
+        entry[1] += 1
+
+    with WriterThread(config) as thread, MemoryClient(config=config) as client:
+        assert thread.writer is not None
         client.history(f"{FORGOTTEN}-s0", limit=1)  # connections open, role known
+        _set_profile(thread.writer.conn, record)
         user = _timed(client, lambda: client.forget_user(FORGOTTEN))
+        _set_profile(thread.writer.conn, None)
         one = _timed(client, lambda: client.forget_session(session))
     return user, one
+
+
+def _set_profile(conn: apsw.Connection, hook: Callable[[str, int], None] | None) -> None:
+    # The writer's thread owns the connection; between its statements (it mostly waits on
+    # Redis) another thread may set the hook, and apsw says when it is in one.
+    for _ in range(10_000):
+        try:
+            conn.set_profile(hook)
+            return
+        except apsw.ThreadingViolationError:
+            time.sleep(0.001)
+    raise RuntimeError("the writer's connection stayed busy for 10 s")
 
 
 def _timed(client: MemoryClient, send: Callable[[], str]) -> Timing:
@@ -174,6 +204,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=40, help="per user")
     parser.add_argument("--others", type=int, default=2, help="users who stay")
     parser.add_argument("--keep", type=Path, help="copy the forgotten database here")
+    parser.add_argument("--statements", type=int, default=0, metavar="N",
+                        help="print the N statements the user's forget spent most time in")
     args = parser.parse_args()
     users = [FORGOTTEN, *(f"u-other-{i}" for i in range(args.others))]
     with private_redis() as url, scratch_dir() as tmp:
@@ -196,7 +228,8 @@ def main() -> None:
         base_s, base_cpu = baseline(copy, "user_id", FORGOTTEN)
         session = "u-other-0-s1"
         one_base_s, one_base_cpu = baseline(copy, "session_id", session)
-        (committed_s, done_s, cpu_s, outcome), one = forget(config, session)
+        profile: Profile = {}
+        (committed_s, done_s, cpu_s, outcome), one = forget(config, session, profile)
         print(f"baseline DELETE      {base_s * 1000:8.1f} ms  "
               f"(marker left in file+WAL: {marker_hits(copy):,})")
         print(f"memq committed       {committed_s * 1000:8.1f} ms  "
@@ -216,6 +249,16 @@ def main() -> None:
               f"DELETE {one_base_s * 1000:.1f} ms (CPU {one_base_cpu * 1000:.0f} ms), memq "
               f"committed {one[0] * 1000:.1f} ms, every trace {one[1] * 1000:.1f} ms "
               f"(ratio {one[1] / one_base_s:.1f}), CPU {one[2] * 1000:.0f} ms")
+        print_statements(profile, args.statements)
+
+
+def print_statements(profile: Profile, count: int) -> None:
+    if count <= 0:
+        return
+    print(f"the user's forget, the {count} statements the writer spent most time in:")
+    for statement, (nanoseconds, runs) in sorted(profile.items(), key=lambda kv: -kv[1][0])[
+            :count]:
+        print(f"  {nanoseconds / 1e6:8.1f} ms {runs:6d}x  {statement[:100]}")
 
 
 if __name__ == "__main__":

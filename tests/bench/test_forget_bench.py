@@ -16,10 +16,13 @@ pytestmark = pytest.mark.redis
 def test_the_forget_bench_prints_both_timings_and_leaves_no_marker() -> None:
     done = subprocess.run(
         [sys.executable, "bench/forget.py", "--messages", "60", "--sessions", "3",
-         "--others", "1"],
+         "--others", "1", "--statements", "3"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "database: 2 users x 60 messages (3 sessions each" in done.stdout
+    assert "the 3 statements the writer spent most time in:" in done.stdout
+    statements = re.findall(r"^ +[\d.]+ ms +\d+x  (.+)$", done.stdout, re.M)
+    assert len(statements) == 3, done.stdout  # which three: the machine's timing decides
     base = re.search(r"baseline DELETE\s+([\d.]+) ms\s+\(marker left in file\+WAL: ([\d,]+)\)",
                      done.stdout)
     assert base is not None, done.stdout
