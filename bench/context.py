@@ -34,9 +34,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
+import dataclasses
 import itertools
 import tempfile
 import time
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -195,6 +197,35 @@ def run_size(n: int, base: np.ndarray, texts: list[str], qvecs: list[np.ndarray]
         naive = timed(naive_calls, lambda i: naive_context(client, qvecs[i % len(qvecs)]))
         cache_mib = client.vector_cache.nbytes / 2**20
     report(n, build_s, cold_ms, ctx, brute, naive, candidates, same, cache_mib, serving_mib)
+    report_feedback(feedback_cost(config.replace(db_path=str(path)), qvecs, calls))
+
+
+def feedback_cost(config: Config, qvecs: list[np.ndarray], calls: int
+                  ) -> dict[str, list[float]]:
+    """The default profile (recall) with its feedback round and without, call by call."""
+    clients = {}
+    with ExitStack() as stack:
+        for name, weight in (("with", RetrievalConfig().recall_feedback), ("without", 0.0)):
+            retrieval = dataclasses.replace(RetrievalConfig(), recall_feedback=weight)
+            client = stack.enter_context(MemoryClient(config=config.replace(retrieval=retrieval)))
+            client.query_vectors.embedder = shared_embedder(config)
+            for query, vec in zip(QUERIES, qvecs, strict=True):
+                client.query_vectors._cache[query] = vec
+            client.get_context(SESSION, query=QUERIES[0])
+            clients[name] = client
+        times: dict[str, list[float]] = {name: [] for name in clients}
+        for i in range(calls):
+            for name, client in clients.items():
+                began = time.perf_counter()
+                client.get_context(SESSION, query=QUERIES[i % len(QUERIES)])
+                times[name].append(time.perf_counter() - began)
+    return times
+
+
+def report_feedback(times: dict[str, list[float]]) -> None:
+    (w50, w95), (o50, o95) = percentiles(times["with"]), percentiles(times["without"])
+    print(f"  recall profile   p50 {w50:7.2f} ms  p95 {w95:7.2f} ms   without its feedback "
+          f"round: p50 {o50:.2f} ms, p95 {o95:.2f} ms (x{w50 / o50:.2f} / x{w95 / o95:.2f})")
 
 
 def plain_matrix(index: object, dim: int) -> tuple[np.ndarray, list[str]]:

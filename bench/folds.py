@@ -17,6 +17,7 @@ from typing import Any
 GRID_AXES: dict[str, tuple[float, ...]] = {
     "recall_lexical_weight": (0.3, 0.5, 0.7),
     "recall_neighbour_share": (0.5, 0.7, 0.9),
+    "recall_feedback": (0.0, 1.0, 2.0),
 }
 """The tuned constants and the values tried for each (every other one stays at its
 default): few constants, few values, so a fold cannot fit noise."""

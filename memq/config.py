@@ -128,6 +128,8 @@ class RetrievalConfig:
     recall_min_z: float = 0.5
     recall_neighbour_share: float = 0.7
     recall_context_weight: float = 0.5
+    recall_feedback: float = 1.0
+    recall_feedback_turns: int = 2
     reranker_dir: str = ""
     """A local cross-encoder (see memq/reranker.py); empty: none (the default)."""
     reranker_candidates: int = 40
@@ -142,6 +144,8 @@ class RetrievalConfig:
         _between("retrieval", "recall_neighbour_share", self.recall_neighbour_share, 0.0, 1.0)
         _between("retrieval", "recall_min_z", self.recall_min_z, -10.0, 10.0)
         _between("retrieval", "recall_context_weight", self.recall_context_weight, 0.0, 1.0)
+        _between("retrieval", "recall_feedback", self.recall_feedback, 0.0, 10.0)
+        _at_least("retrieval", "recall_feedback_turns", self.recall_feedback_turns, 1)
         _at_least("retrieval", "reranker_candidates", self.reranker_candidates, 1)
         _at_least("retrieval", "facts_limit", self.facts_limit, 1)
         _at_least("retrieval", "query_cache_size", self.query_cache_size, 1)

@@ -1,6 +1,6 @@
 """How the ``recall`` profile weighs lexical and semantic evidence, and neighbouring turns.
 
-Pure functions on what the branches found; no reads here. Three rules, each measured on
+Pure functions on what the branches found; no reads here. Four rules, each measured on
 the development conversations (bench/retrieval.py):
 
 1. *Calibrated similarity.* A raw cosine means different things for different queries
@@ -15,12 +15,19 @@ the development conversations (bench/retrieval.py):
    (the question repeats the asker's words), so the turn after each candidate inherits
    ``neighbour_share`` of that candidate's fused score, and keeps the larger of what it
    inherits and its own.
+4. *Feedback.* A question's evidence is often several turns about one thing, and the
+   best first matches say more about that thing than the question's words: a second
+   semantic round asks with the query's vector moved towards the mean of the best few
+   candidates' vectors (``feedback`` times that unit mean, added, then normalised), and
+   each turn keeps the better of its two fused scores (:func:`best_of`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class Candidate:
     """The turn it inherited from, when that counts."""
     rerank: float | None = None
     """The cross-encoder's score, when one re-scored the turn (see memq/reranker.py)."""
+    feedback: bool = False
+    """Whether its score is the feedback round's (rule 4), better than the first's."""
 
     @property
     def fused(self) -> float:
@@ -50,7 +59,8 @@ class Candidate:
     @property
     def branches(self) -> tuple[str, ...]:
         found = ("lexical",) * (self.lexical is not None) + ("semantic",) * (self.z is not None)
-        return found + ("neighbour",) * (self.neighbour_of is not None)
+        return (found + ("feedback",) * self.feedback
+                + ("neighbour",) * (self.neighbour_of is not None))
 
     def scores(self) -> dict[str, float]:
         """Named scores for the item's explanation."""
@@ -87,6 +97,33 @@ def fuse(
         own = lexical_weight * lexical_share + (1 - lexical_weight) * semantic_share
         found.append(Candidate(mid, lexical, cosine.get(mid), z, own))
     return _ranked(found)
+
+
+def feedback_query(query: np.ndarray, found: np.ndarray, weight: float) -> np.ndarray | None:
+    """The query moved towards the unit mean of ``found`` (rows) by ``weight``, as a unit
+    vector; None when there is nothing to move towards, or nothing left of the query."""
+    if len(found) == 0:
+        return None
+    mean = np.asarray(found, dtype=np.float64).mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    if norm < 1e-9:
+        return None
+    moved = np.asarray(query, dtype=np.float64) + weight * mean / norm
+    length = float(np.linalg.norm(moved))
+    if length < 1e-9:  # the hits point exactly away from the query, as far as it goes
+        return None
+    return np.asarray(moved / length, dtype=np.float32)
+
+
+def best_of(first: Iterable[Candidate], second: Iterable[Candidate]) -> list[Candidate]:
+    """Each turn of either round with its better ``own`` score (a tie keeps the first's);
+    those the second round scored better are marked ``feedback``."""
+    best = {c.id: c for c in first}
+    for candidate in second:
+        kept = best.get(candidate.id)
+        if kept is None or candidate.own > kept.own:
+            best[candidate.id] = replace(candidate, feedback=True)
+    return _ranked(best.values())
 
 
 def _z_scores(cosine: Mapping[str, float], moments: tuple[float, float] | None,

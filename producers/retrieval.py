@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+import numpy as np
+
 from memq.config import RetrievalConfig
 from memq.errors import ConfigError
 from memq.producers import fusion
@@ -48,6 +50,11 @@ class Hit:
     neighbour_of: str | None = None
 
 
+Query = str | np.ndarray
+"""What a search by meaning compares turns with: the query's text (embedded, cached), or
+a vector of its own (the feedback round of ``relevance``)."""
+
+
 class Sources(Protocol):
     """What strategies may read; sessions and scopes are already validated and resolved."""
 
@@ -66,7 +73,7 @@ class Sources(Protocol):
         ...
 
     def similar_scores(
-        self, scope: Scope, query: str, threshold: float, limit: int, *, keys: bool = False
+        self, scope: Scope, query: Query, threshold: float, limit: int, *, keys: bool = False
     ) -> list[tuple[str, float]]:
         """Like :meth:`similar`, ids and cosines only (no rows read); ``keys``: scored by
         the turns' contextual keys (see :mod:`store.read.neighbourhoods`)."""
@@ -90,16 +97,24 @@ class Sources(Protocol):
         """How many turns of the scope have no vector yet (embedding is behind)."""
         ...
 
-    def similarities(self, scope: Scope, query: str, ids: Iterable[str],
+    def similarities(self, scope: Scope, query: Query, ids: Iterable[str],
                      *, keys: bool = False) -> dict[str, float]:
         """Cosine of the query to each of ``ids`` that has a vector."""
+        ...
+
+    def query_vector(self, query: str) -> np.ndarray:
+        """The query's unit vector."""
+        ...
+
+    def vectors(self, scope: Scope, ids: Sequence[str]) -> np.ndarray:
+        """The stored unit vectors of those of ``ids`` that have one (a row each)."""
         ...
 
     def messages(self, ids: list[str]) -> list[Message]:
         """The committed turns with these ids (any order; unknown ids are left out)."""
         ...
 
-    def semantic_moments(self, scope: Scope, query: str,
+    def semantic_moments(self, scope: Scope, query: Query,
                          *, keys: bool = False) -> tuple[float, float] | None:
         """Mean and standard deviation of the query's cosine over the scope's turns."""
         ...
@@ -209,7 +224,8 @@ class Relevance:
     the best ``limit`` are looked up, and the best ``limit`` turns are returned, best
     first. Scores and rules: :mod:`producers.fusion`. With ``contextual``, the semantic
     evidence is the query's score against each turn's contextual key (the turn mixed with
-    its neighbours, :mod:`store.read.neighbourhoods`) rather than the turn alone.
+    its neighbours, :mod:`store.read.neighbourhoods`) rather than the turn alone. With
+    ``feedback``, a second semantic round asks again from the best first matches.
     """
 
     limit: int
@@ -220,6 +236,11 @@ class Relevance:
     contextual: bool = False
     rerank: int = 0
     """How many of the best fused turns a cross-encoder orders, if there is one."""
+    feedback: float = 0.0
+    """How far the feedback round moves the query towards its best first matches (0: no
+    second round)."""
+    feedback_turns: int = 2
+    """How many of the first round's best turns the feedback round moves towards."""
     name: str = "relevance"
 
     def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
@@ -254,8 +275,21 @@ class Relevance:
         return sorted(scored, key=lambda c: (-(c.rerank or 0.0), c.id)) + rest
 
     def _fused(self, sources: Sources, scope: Scope, query: str) -> list[fusion.Candidate]:
-        """The candidates of both kinds, each with all the evidence there is for it."""
+        """The candidates of both kinds, each with all the evidence there is for it; with
+        ``feedback``, the better of two rounds (rule 4 of :mod:`producers.fusion`)."""
         bm25 = sources.lexical_scores(scope, query, LEXICAL_EVIDENCE)
+        first = self._round(sources, scope, bm25, query)
+        if self.feedback <= 0 or not first:
+            return first
+        found = sources.vectors(scope, [c.id for c in first[: self.feedback_turns]])
+        moved = fusion.feedback_query(sources.query_vector(query), found, self.feedback)
+        if moved is None:
+            return first
+        return fusion.best_of(first, self._round(sources, scope, bm25, moved))
+
+    def _round(self, sources: Sources, scope: Scope, bm25: list[tuple[str, float]],
+               query: Query) -> list[fusion.Candidate]:
+        """One round: the lexical matches and the turns near ``query``, fused."""
         keys = self.contextual
         moments = sources.semantic_moments(scope, query, keys=keys)
         cosine: dict[str, float] = {}
@@ -363,7 +397,9 @@ def recall(config: RetrievalConfig) -> Profile:
             Relevance(budget, config.recall_candidates, config.recall_lexical_weight,
                       config.recall_min_z, config.recall_neighbour_share,
                       contextual=config.recall_context_weight > 0,
-                      rerank=config.reranker_candidates if config.reranker_dir else 0),
+                      rerank=config.reranker_candidates if config.reranker_dir else 0,
+                      feedback=config.recall_feedback,
+                      feedback_turns=config.recall_feedback_turns),
         ),
         budgeted(budget),
     )

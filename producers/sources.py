@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from memq.producers.retrieval import Query
 from memq.producers.working_memory import PositionReader, WorkingMemory
 from memq.reranker import Reranker
 from memq.store.read import embedding_backlog as backlog
@@ -72,21 +73,30 @@ class SessionSources:
         return [(rows[mid], score) for mid, score in hits if mid in rows]
 
     def similar_scores(
-        self, scope: Scope, query: str, threshold: float, limit: int, *, keys: bool = False
+        self, scope: Scope, query: Query, threshold: float, limit: int, *, keys: bool = False
     ) -> list[tuple[str, float]]:
         """Ids and cosines of up to ``limit`` turns with cosine > ``threshold``, best first
         (``keys``: scored by their contextual keys)."""
         if not self.database_exists():
             return []
-        return self.vector_cache.search(scope, self.query_vector(query), threshold, limit,
+        return self.vector_cache.search(scope, self._vector(query), threshold, limit,
                                         keys=keys)
 
-    def similarities(self, scope: Scope, query: str, ids: Iterable[str],
+    def similarities(self, scope: Scope, query: Query, ids: Iterable[str],
                      *, keys: bool = False) -> dict[str, float]:
         """Cosine of the query to each of ``ids`` that has a vector of the current model."""
         if not self.database_exists():
             return {}
-        return self.vector_cache.scores(scope, ids, self.query_vector(query), keys=keys)
+        return self.vector_cache.scores(scope, ids, self._vector(query), keys=keys)
+
+    def vectors(self, scope: Scope, ids: Sequence[str]) -> np.ndarray:
+        """The stored vectors of those of ``ids`` that have one (a row each)."""
+        if not self.database_exists():
+            return np.zeros((0, self.vector_cache.dim), dtype=np.float32)
+        return self.vector_cache.vectors(scope, ids)
+
+    def _vector(self, query: Query) -> np.ndarray:
+        return query if isinstance(query, np.ndarray) else self.query_vector(query)
 
     def lexical(self, scope: Scope, query: str, limit: int) -> list[tuple[Message, float]]:
         """Up to ``limit`` committed turns matching ``query``'s words, best BM25 first."""
@@ -121,12 +131,12 @@ class SessionSources:
             rows = {m.id: m for m in stored.by_ids(conn, [mid for mid, _ in hits])}
         return [(rows[mid], score) for mid, score in hits if mid in rows]
 
-    def semantic_moments(self, scope: Scope, query: str,
+    def semantic_moments(self, scope: Scope, query: Query,
                          *, keys: bool = False) -> tuple[float, float] | None:
         """Mean and standard deviation of the query's cosine over the scope's vectors."""
         if not self.database_exists():
             return None
-        return self.vector_cache.moments(scope, self.query_vector(query), keys=keys)
+        return self.vector_cache.moments(scope, self._vector(query), keys=keys)
 
     def following(self, scope: Scope, ids: Iterable[str]) -> dict[str, Message]:
         """The committed turn right after each of ``ids`` in its session, if there is one."""

@@ -119,6 +119,13 @@ class VectorCache:
             self._refresh(scope, entry)
             return _searched(entry, keys).scores(ids, query)
 
+    def vectors(self, scope: Scope, ids: Iterable[str]) -> np.ndarray:
+        """The vectors of those of ``ids`` the scope holds (one row each, in their order)."""
+        entry = self._entry(scope)
+        with entry.lock:
+            self._refresh(scope, entry)
+            return entry.index.vectors(ids)
+
     def moments(self, scope: Scope, query: np.ndarray,
                 *, keys: bool = False) -> tuple[float, float] | None:
         """Mean and spread of the cosine of ``query`` over the scope (see VectorIndex)."""

@@ -206,6 +206,14 @@ class VectorIndex:
         values = self._precise(rows, self._split(query))
         return {message_id: float(v) for message_id, v in zip(found, values, strict=True)}
 
+    def vectors(self, ids: Iterable[str]) -> np.ndarray:
+        """The stored vectors of those of ``ids`` that are in the set, in their order (one
+        row each; unrotated: as they were given)."""
+        rows = np.fromiter((self._pos[i] for i in ids if i in self._pos), dtype=np.int64)
+        found = self._rows(rows)
+        # The rotation is orthogonal (products of eigenvector bases): its transpose undoes it.
+        return found if self._rotation is None else found @ self._rotation.T
+
     def moments(self, query: np.ndarray) -> tuple[float, float] | None:
         """Mean and standard deviation of ``query``'s dot product over the set.
 

@@ -12,13 +12,17 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from memq import ContextItem, MemoryClient
 from memq.config import Config, RetrievalConfig, from_mapping
 from memq.embedding import Embedder
 from memq.errors import ConfigError
-from memq.producers.fusion import Candidate, fuse, with_neighbours
+from memq.producers.fusion import Candidate, best_of, feedback_query, fuse, with_neighbours
 from memq.producers.retrieval import Hit, Relevance, budgeted, profile_for
 from memq.store.read.messages import Message
 from tests.embedding_events import send_embeddings
@@ -110,6 +114,52 @@ def test_of_two_predecessors_the_larger_share_counts() -> None:
     assert (n.neighbour_of, n.fused) == ("strong", pytest.approx(0.45))
 
 
+UNIT_ROWS = arrays(np.float64, st.tuples(st.integers(1, 4), st.just(8)),
+                  elements=st.floats(-1, 1)).filter(
+    lambda rows: bool((np.linalg.norm(rows, axis=1) > 1e-3).all()))
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+@settings(deadline=None)
+@given(UNIT_ROWS, st.floats(0.0, 10.0))
+def test_the_feedback_query_is_a_unit_vector_nearer_the_hits(
+    rows: np.ndarray, weight: float
+) -> None:
+    query, found = _unit(rows[0]), _unit(rows)
+    moved = feedback_query(query, found, weight)
+    mean = found.mean(axis=0)
+    if np.linalg.norm(mean) < 1e-6 or np.linalg.norm(query + weight * _unit(mean)) < 1e-6:
+        return  # nothing to move towards, or nothing left: None, or a direction of noise
+    assert moved is not None
+    assert moved.dtype == np.float32
+    assert float(np.linalg.norm(moved)) == pytest.approx(1.0, abs=1e-5)
+    towards = _unit(mean)
+    assert float(moved @ towards) >= float(query @ towards) - 1e-5
+    if weight == 0.0:
+        np.testing.assert_allclose(moved, query, atol=1e-5)
+
+
+def test_no_feedback_query_without_hits_or_direction() -> None:
+    query = np.eye(4, dtype=np.float32)[0]
+    assert feedback_query(query, np.zeros((0, 4), dtype=np.float32), 1.0) is None
+    assert feedback_query(query, np.array([[0, 1, 0, 0], [0, -1, 0, 0]]), 1.0) is None
+    assert feedback_query(query, -query[None, :], 1.0) is None  # cancels the query out
+
+
+def test_of_two_rounds_each_turn_keeps_its_better_score() -> None:
+    first = [Candidate("a", own=0.9), Candidate("b", own=0.4, lexical=2.0)]
+    second = [Candidate("b", own=0.6, similarity=0.7, z=1.0), Candidate("a", own=0.9),
+              Candidate("c", own=0.5, z=0.8)]
+    by_id = {c.id: c for c in best_of(first, second)}
+    assert [c.id for c in best_of(first, second)] == ["a", "b", "c"]
+    assert by_id["a"].feedback is False  # a tie keeps the first round's
+    assert (by_id["b"].own, by_id["b"].feedback) == (0.6, True)
+    assert by_id["c"].branches == ("semantic", "feedback")
+
+
 def test_the_budget_counts_each_message_once() -> None:
     m = [message(str(i), i) for i in range(8)]
     combine = budgeted(5)
@@ -157,6 +207,66 @@ class Turns:
 
     def messages(self, ids: list[str]) -> list[Message]:
         return [m for m in self.turns if m.id in ids]
+
+
+class VectorTurns(Turns):
+    """Turns with real vectors: the semantic reads score them against the query's vector
+    (``QUERY`` for any text), as the vector cache does."""
+
+    def __init__(self, vectors: dict[str, np.ndarray], bm25: dict[str, float]) -> None:
+        super().__init__(bm25, {}, n=len(vectors))
+        self.ids = list(vectors)
+        self.matrix = np.array([vectors[i] for i in self.ids], dtype=np.float32)
+
+    def query_vector(self, query: str) -> np.ndarray:
+        return QUERY
+
+    def _dots(self, query: str | np.ndarray) -> dict[str, float]:
+        q = query if isinstance(query, np.ndarray) else QUERY
+        return dict(zip(self.ids, (self.matrix @ q).tolist(), strict=True))
+
+    def semantic_moments(self, session_id: str, query: Any,  # type: ignore[override]
+                         *, keys: bool = False) -> tuple[float, float]:
+        dots = np.array(list(self._dots(query).values()))
+        return float(dots.mean()), float(dots.std())
+
+    def similar_scores(self, session_id: str, query: Any,  # type: ignore[override]
+                       threshold: float, limit: int, *, keys: bool = False
+                       ) -> list[tuple[str, float]]:
+        found = [(mid, c) for mid, c in self._dots(query).items() if c > threshold]
+        return sorted(found, key=lambda p: -p[1])[:limit]
+
+    def similarities(self, session_id: str, query: Any,  # type: ignore[override]
+                     ids: Iterable[str], *, keys: bool = False) -> dict[str, float]:
+        dots = self._dots(query)
+        return {mid: dots[mid] for mid in ids if mid in dots}
+
+    def vectors(self, session_id: str, ids: Sequence[str]) -> np.ndarray:
+        rows = [self.ids.index(i) for i in ids if i in self.ids]
+        return self.matrix[rows]
+
+
+QUERY = np.eye(16, dtype=np.float32)[0]
+
+
+def test_the_feedback_round_finds_what_the_first_matches_are_about() -> None:
+    """The question is near 00 (and 01), which is about what 02 says in other words: 02
+    is not near the question, but near the query moved towards 00 and 01."""
+    rng = np.random.default_rng(3)
+    e = np.eye(16, dtype=np.float32)
+    # The other turns are about neither: orthogonal to both directions.
+    vectors = {f"{i:02d}": _unit(np.r_[0, 0, rng.standard_normal(14)]).astype(np.float32)
+               for i in range(3, 30)}
+    vectors |= {"00": _unit(e[0] + e[1]), "01": _unit(e[0] + 0.8 * e[1]), "02": e[1]}
+    without = relevance(limit=5, neighbour_share=0.0).find(
+        VectorTurns(vectors, {}), "s1", "q")  # type: ignore[arg-type]
+    assert "02" not in [h.message.id for h in without]
+    hits = relevance(limit=5, neighbour_share=0.0, feedback=1.0, feedback_turns=2).find(
+        VectorTurns(vectors, {}), "s1", "q")  # type: ignore[arg-type]
+    found = {h.message.id: h for h in hits}
+    assert "02" in found
+    assert found["02"].branches == ("semantic", "feedback")
+    assert {h.message.id for h in hits[:2]} == {"00", "01"}  # the first round's best stay
 
 
 def relevance(limit: int = 6, **overrides: Any) -> Relevance:
@@ -365,6 +475,9 @@ def test_recall_profile_from_the_file() -> None:
     assert [s.name for s in seed.strategies] == ["recency", "importance", "semantic", "lexical"]
     assert profile_for(RetrievalConfig()).contextual
     assert not seed.contextual
+    relevance_branch = profile.strategies[-1]
+    assert isinstance(relevance_branch, Relevance)
+    assert (relevance_branch.feedback, relevance_branch.feedback_turns) == (1.0, 2)
 
 
 @pytest.mark.parametrize(("values", "fragment"), [
@@ -376,6 +489,9 @@ def test_recall_profile_from_the_file() -> None:
     ({"recall_neighbour_share": -0.1}, "recall_neighbour_share must be between 0.0 and 1.0"),
     ({"recall_context_weight": 1.1}, "recall_context_weight must be between 0.0 and 1.0"),
     ({"reranker_candidates": 0}, "reranker_candidates must be at least 1"),
+    ({"recall_feedback": -0.5}, "recall_feedback must be between 0.0 and 10.0"),
+    ({"recall_feedback": float("inf")}, "recall_feedback must be between 0.0 and 10.0"),
+    ({"recall_feedback_turns": 0}, "recall_feedback_turns must be at least 1"),
     ({"recall_min_z": float("nan")}, "recall_min_z must be between"),
     ({"recall_min_z": "high"}, "recall_min_z must be float"),
     ({"recall_budget": 2.5}, "recall_budget must be int"),

@@ -70,6 +70,18 @@ def test_scores_are_dot_products_in_any_basis() -> None:
     assert got["m10"] == pytest.approx(float(matrix[10] @ matrix[3]), abs=1e-5)
 
 
+@pytest.mark.parametrize("n", [50, FIT_MIN_ROWS + 10])
+def test_the_stored_vectors_come_back_as_given_in_any_basis(n: int) -> None:
+    matrix = clustered(n)
+    index, _ids = build(matrix)
+    assert index.rotated == (n >= FIT_MIN_ROWS)
+    got = index.vectors(["m7", "absent", "m2", "m7"])
+    np.testing.assert_allclose(got, matrix[[7, 2, 7]], atol=1e-5)
+    index.remove(["m2"])
+    np.testing.assert_allclose(index.vectors(["m2", f"m{n - 1}"]), matrix[[n - 1]], atol=1e-5)
+    assert index.vectors([]).shape == (0, DIM)
+
+
 def test_threshold_is_strict() -> None:
     matrix = clustered(20)
     index, _ = build(matrix)
