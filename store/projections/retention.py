@@ -56,8 +56,8 @@ from memq.errors import InvalidEvent
 from memq.events import Event, EventType
 from memq.store import lexical
 from memq.store.effects import Effects, Erasure
-from memq.store.projections import documents
 from memq.store.projections.base import Applier
+from memq.store.projections.documents import expire as expire_documents
 from memq.store.projections.forgetting import TOMBSTONE, relearn_macros
 from memq.store.projections.sessions import recount, touch
 
@@ -102,7 +102,7 @@ def apply_retention(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) 
     if p.get("forgotten_before") is not None:
         events += _drop_forget_records(cur, p["forgotten_before"], seq, effects)
     if p.get("documents_at") is not None:
-        events += documents.expire(cur, p["documents_at"], seq)
+        events += expire_documents(cur, p["documents_at"], seq)
     if not ids and not events:
         return
     # OR IGNORE: a rebuild replays the event and finds the row (with the live counts).
