@@ -205,16 +205,13 @@ def test_the_writer_applies_retention_on_its_own(config: Config) -> None:
         client.append("other", "user", "keep me", user_id="u2")
         client.flush()
         client.wait_forgotten(client.forget_session("old"))
-        connection = redis.Redis.from_url(config.redis_url)
         deadline = time.monotonic() + 30
         while _count(config, "SELECT count(*) FROM erasures WHERE kind = 'session'"):
             assert time.monotonic() < deadline, "retention never ran"
             time.sleep(0.1)
         [(event_id,)] = _rows(config, "SELECT event_id FROM events "
                                       "WHERE type = 'retention.applied'")
-        while not connection.exists(f"memq:erased:{event_id}"):  # WAL truncated: done
-            assert time.monotonic() < deadline, "the retention pass never finished"
-            time.sleep(0.05)
+        _wait_finished(config, event_id, deadline)
         assert [m.content for m in client.history("other")] == ["keep me"]
         assert _count(config, "SELECT count(*) FROM events WHERE erased_by IS NOT NULL") == 0
         assert _count(config, "SELECT count(*) FROM events WHERE type = "
@@ -248,15 +245,12 @@ def test_the_writer_erases_old_messages_everywhere(config: Config) -> None:
             assert time.monotonic() < deadline, "retention never ran"
             time.sleep(0.1)
         [(event_id,)] = _rows(config, "SELECT event_id FROM erasures")
-        while not connection.exists(f"memq:erased:{event_id}"):
-            assert time.monotonic() < deadline, "the retention pass never finished"
-            time.sleep(0.05)
+        _wait_finished(config, event_id, deadline)
         assert client.history("old") == []
         assert client.sessions(user_id="u1") == []
         keys = sorted({name for name, value in redis_bytes(connection)
                        if marker.encode() in value})
-    files = [p for p in (config.db_path, f"{config.db_path}-wal")
-             if Path(p).exists() and marker.encode() in Path(p).read_bytes()]
+    files = _files_holding(config, marker)
     assert (files, keys) == ([], [])
     assert main(["rebuild", "--check", "--db", config.db_path]) == 0
 
@@ -270,6 +264,20 @@ def test_without_a_setting_the_records_stay(config: Config) -> None:
         time.sleep(0.5)  # several reconcile passes
     assert _count(config, "SELECT count(*) FROM erasures") == 1
     assert _count(config, "SELECT count(*) FROM events WHERE type = 'retention.applied'") == 0
+
+
+def _wait_finished(config: Config, event_id: str, deadline: float) -> None:
+    """Until the pass's follow-up is done: the WAL truncated, the outcome published."""
+    connection = redis.Redis.from_url(config.redis_url)
+    while not connection.exists(f"memq:erased:{event_id}"):
+        assert time.monotonic() < deadline, "the retention pass never finished"
+        time.sleep(0.05)
+
+
+def _files_holding(config: Config, marker: str) -> list[str]:
+    """The database file and its WAL, those whose bytes hold ``marker``."""
+    return [p for p in (config.db_path, f"{config.db_path}-wal")
+            if Path(p).exists() and marker.encode() in Path(p).read_bytes()]
 
 
 def _rows(config: Config, sql: str) -> list[tuple[Any, ...]]:
@@ -383,13 +391,9 @@ def test_the_writer_erases_old_tool_calls_from_the_file(config: Config) -> None:
             assert time.monotonic() < deadline, "retention never erased the calls"
             time.sleep(0.1)
         [(event_id,)] = _rows(config, "SELECT event_id FROM erasures WHERE kind = 'retention'")
-        connection = redis.Redis.from_url(config.redis_url)
-        while not connection.exists(f"memq:erased:{event_id}"):  # WAL truncated: done
-            assert time.monotonic() < deadline, "the retention pass never finished"
-            time.sleep(0.05)
+        _wait_finished(config, event_id, deadline)
         assert client.suggest_next_tools("read_file", {"path": "b.py"}) == []
-    files = [p for p in (config.db_path, f"{config.db_path}-wal")
-             if Path(p).exists() and marker.encode() in Path(p).read_bytes()]
+    files = _files_holding(config, marker)
     assert files == []
     assert main(["rebuild", "--check", "--db", config.db_path]) == 0
 
@@ -427,13 +431,9 @@ def test_the_writer_expires_documents_whatever_the_settings(config: Config) -> N
             assert time.monotonic() < deadline, "the expired document never went"
             time.sleep(0.1)
         [(event_id,)] = _rows(config, "SELECT event_id FROM erasures")
-        connection = redis.Redis.from_url(config.redis_url)
-        while not connection.exists(f"memq:erased:{event_id}"):  # WAL truncated: done
-            assert time.monotonic() < deadline, "the retention pass never finished"
-            time.sleep(0.05)
+        _wait_finished(config, event_id, deadline)
         assert client.document(["notes"], "brief") is None
         assert client.document(["notes"], "kept") is not None
-    files = [p for p in (config.db_path, f"{config.db_path}-wal")
-             if Path(p).exists() and marker.encode() in Path(p).read_bytes()]
+    files = _files_holding(config, marker)
     assert files == []
     assert main(["rebuild", "--check", "--db", config.db_path]) == 0
