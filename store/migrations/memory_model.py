@@ -295,20 +295,20 @@ def document_erasure(cur: apsw.Cursor) -> None:
             json_extract(payload, '$.namespace'), json_extract(payload, '$.key'))
             WHERE type IN ('document.put', 'document.deleted', 'document.touched');
         DROP INDEX events_document_owner;
-        UPDATE events AS e SET payload = '{}', erased_by = (
+        WITH doomed AS MATERIALIZED (
+            SELECT e.seq, (
                 SELECT min(d.seq) FROM events AS d
                 WHERE d.type = 'document.deleted' AND d.seq > e.seq
                   AND json_extract(d.payload, '$.user_id') IS json_extract(e.payload, '$.user_id')
                   AND json_extract(d.payload, '$.namespace')
                       = json_extract(e.payload, '$.namespace')
-                  AND json_extract(d.payload, '$.key') = json_extract(e.payload, '$.key'))
+                  AND json_extract(d.payload, '$.key') = json_extract(e.payload, '$.key')
+            ) AS deleted_by
+            FROM events AS e
             WHERE e.type IN ('document.put', 'document.deleted', 'document.touched')
-              AND e.erased_by IS NULL AND EXISTS (
-                SELECT 1 FROM events AS d
-                WHERE d.type = 'document.deleted' AND d.seq > e.seq
-                  AND json_extract(d.payload, '$.user_id') IS json_extract(e.payload, '$.user_id')
-                  AND json_extract(d.payload, '$.namespace')
-                      = json_extract(e.payload, '$.namespace')
-                  AND json_extract(d.payload, '$.key') = json_extract(e.payload, '$.key'));
+              AND e.erased_by IS NULL)
+        UPDATE events SET payload = '{}',
+            erased_by = (SELECT deleted_by FROM doomed WHERE doomed.seq = events.seq)
+        WHERE seq IN (SELECT seq FROM doomed WHERE deleted_by IS NOT NULL);
         """
     )

@@ -96,7 +96,6 @@ def expire(cur: apsw.Cursor, at: str, seq: int) -> int:
     return emptied
 
 
-
 def _expiry(at: str, ttl_minutes: float | None) -> str | None:
     if ttl_minutes is None:
         return None
