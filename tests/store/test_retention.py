@@ -241,10 +241,7 @@ def test_the_writer_erases_old_messages_everywhere(config: Config) -> None:
         client.flush()
         connection = redis.Redis.from_url(config.redis_url)
         deadline = time.monotonic() + 30
-        while not _rows(config, "SELECT event_id FROM erasures WHERE kind = 'retention'"):
-            assert time.monotonic() < deadline, "retention never ran"
-            time.sleep(0.1)
-        [(event_id,)] = _rows(config, "SELECT event_id FROM erasures")
+        event_id = _retention_recorded(config, deadline, "retention never ran")
         _wait_finished(config, event_id, deadline)
         assert client.history("old") == []
         assert client.sessions(user_id="u1") == []
@@ -264,6 +261,15 @@ def test_without_a_setting_the_records_stay(config: Config) -> None:
         time.sleep(0.5)  # several reconcile passes
     assert _count(config, "SELECT count(*) FROM erasures") == 1
     assert _count(config, "SELECT count(*) FROM events WHERE type = 'retention.applied'") == 0
+
+
+def _retention_recorded(config: Config, deadline: float, never: str) -> str:
+    """Until the pass is recorded in ``erasures``, the only record there: its event id."""
+    while not _rows(config, "SELECT event_id FROM erasures WHERE kind = 'retention'"):
+        assert time.monotonic() < deadline, never
+        time.sleep(0.1)
+    [(event_id,)] = _rows(config, "SELECT event_id FROM erasures")
+    return str(event_id)
 
 
 def _wait_finished(config: Config, event_id: str, deadline: float) -> None:
@@ -427,10 +433,7 @@ def test_the_writer_expires_documents_whatever_the_settings(config: Config) -> N
         client.put_document(["notes"], "kept", {"text": "stays"})
         client.flush()
         deadline = time.monotonic() + 30
-        while not _rows(config, "SELECT event_id FROM erasures WHERE kind = 'retention'"):
-            assert time.monotonic() < deadline, "the expired document never went"
-            time.sleep(0.1)
-        [(event_id,)] = _rows(config, "SELECT event_id FROM erasures")
+        event_id = _retention_recorded(config, deadline, "the expired document never went")
         _wait_finished(config, event_id, deadline)
         assert client.document(["notes"], "brief") is None
         assert client.document(["notes"], "kept") is not None
