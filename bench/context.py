@@ -43,6 +43,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -97,11 +98,12 @@ def build_database(path: Path, n: int, base: np.ndarray, texts: list[str],
     matrix, a, b = mixed_vectors(base, n, rng)
     important = rng.random(n) < 0.02
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    writer = Writer.open(config.replace(db_path=str(path)), None)  # Redis is never used
+    # A client that never connects: the events are applied directly, not read from Redis.
+    writer = Writer.open(config.replace(db_path=str(path)), redis.Redis())
     began = time.perf_counter()
     try:
         for lo in range(0, n, BATCH):
-            events = []
+            events: list[Event | bytes] = []
             for i in range(lo, min(n, lo + BATCH)):
                 mid = uuid7()
                 when = to_rfc3339(start + timedelta(seconds=i))
@@ -140,7 +142,7 @@ def naive_context(client: MemoryClient, qvec: np.ndarray) -> list[str]:
     found |= {m.id for m in sources.important(Scope(SESSION), retrieval.importance_threshold,
                                               retrieval.importance_limit)}
     with client.readers.connection() as conn:
-        rows = conn.execute(
+        rows: list[tuple[str, bytes]] = conn.execute(  # type: ignore[assignment]  # by the SQL
             """SELECT id, embedding FROM messages WHERE session_id = ?
                AND embedding IS NOT NULL AND embedding_model = ? AND embedding_dim = ?""",
             (SESSION, client.config.embed.model_name, client.config.embed.dim)).fetchall()
