@@ -96,7 +96,7 @@ def _turns(rng: random.Random, locomo: Path) -> Iterator[str]:
 def _locomo_turns(locomo: Path) -> list[str]:
     if not locomo.is_file():
         return []
-    turns = []
+    turns: list[str] = []
     for conversation in json.loads(locomo.read_text()):
         for key, session in conversation["conversation"].items():
             if key.startswith("session_") and isinstance(session, list):

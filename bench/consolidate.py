@@ -170,7 +170,7 @@ def _count(config: Config, sql: str) -> int:
 
     conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return int(conn.execute(sql).fetchall()[0][0])
+        return int(conn.execute(sql).fetchall()[0][0])  # type: ignore[arg-type]  # a count
     finally:
         conn.close()
 

@@ -187,8 +187,8 @@ def _watch(db: Path, total: int) -> tuple[float, int, float]:
     first_at, first_count = 0.0, 0
     deadline = time.monotonic() + 1800
     while time.monotonic() < deadline:
-        count = conn.execute(
-            "SELECT count(*) FROM messages WHERE embedding IS NOT NULL").fetchone()[0]
+        count = int(conn.execute(  # type: ignore[arg-type]  # count(*) is an integer
+            "SELECT count(*) FROM messages WHERE embedding IS NOT NULL").fetchall()[0][0])
         now = time.perf_counter()
         if count and not first_at:
             first_at, first_count = now, count

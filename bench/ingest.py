@@ -85,7 +85,13 @@ def raw_apsw(path: Path, count: int, batch: int = 1000) -> float:
     return count / elapsed
 
 
-def _rows(i: int) -> tuple[tuple[object, ...], tuple[object, ...]]:
+_EventRow = tuple[str, str, str, str, str]
+"""(event_id, session_id, created_at, recorded_at, payload)."""
+_MessageRow = tuple[str, str, str, str, int]
+"""(id, session_id, content, created_at, seq)."""
+
+
+def _rows(i: int) -> tuple[_EventRow, _MessageRow]:
     message_id, session, now, text = uuid7(), f"session-{i % 50}", now_rfc3339(), chat_text(i)
     payload = orjson.dumps(
         {"message_id": message_id, "role": "user", "content": text, "importance": 0.5}

@@ -59,8 +59,8 @@ from memq.embedding import Embedder
 from memq.errors import MemqError
 from memq.producers.fusion import Candidate
 from memq.producers.retrieval import Lexical, Profile, Relevance, Semantic, Sources, profile_for
+from memq.store.migrations import MIGRATIONS
 from memq.store.read.scope import Scope
-from memq.store.schema import MIGRATIONS
 from memq.store.write.service import open_writer
 from memq.workers import context
 from memq.workers import embed as embed_job

@@ -25,6 +25,7 @@ over HTTP. The embedding model runs on one thread on both sides (``[embed] threa
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import random
@@ -138,6 +139,18 @@ def in_threads(count: int, work: Callable[[int], list[float]]) -> tuple[float, l
 _queries = itertools.count()
 
 
+def _contexts_of(readers: list[Client], sessions: list[str], calls: int, round_: int,
+                 i: int) -> list[float]:
+    """Thread ``i``'s context calls in a round: its own reader, its own seed."""
+    return contexts(readers[i], sessions, calls, seed=1000 * round_ + i)
+
+
+def _writes_of(writers: list[Client], work: Callable[[Client, int, str], list[float]],
+               count: int, prefix: str, i: int) -> list[float]:
+    """Thread ``i``'s writes in a round: its own client, its own sessions."""
+    return work(writers[i], count, f"{prefix}-{i}")
+
+
 def contexts(client: Client, sessions: list[str], calls: int, seed: int) -> list[float]:
     rng = random.Random(seed)
     samples = []
@@ -187,14 +200,14 @@ def measure(sides: Sides, args: argparse.Namespace, sessions: list[str]
         name: {"in-process": [], "remote": []} for name in ("context", "append", "batched")}
     for round_, side in enumerate(["in-process", "remote", "in-process", "remote"]):
         readers = [sides.reader(side) for _ in range(args.threads)]
-        _, samples = in_threads(args.threads, lambda i, rs=readers, r=round_: contexts(
-            rs[i], sessions, args.contexts, seed=1000 * r + i))
+        _, samples = in_threads(args.threads, functools.partial(
+            _contexts_of, readers, sessions, args.contexts, round_))
         figures["context"][side] += samples
         for name, work, per in (("append", appends, args.appends),
                                 ("batched", batches, args.batches)):
             writers = [sides.new(side) for _ in range(args.threads)]
-            seconds, _ = in_threads(args.threads, lambda i, ws=writers, w=work, n=per, r=round_,
-                                    k=name: w(ws[i], n, f"{k}-{r}-{i}"))
+            seconds, _ = in_threads(args.threads, functools.partial(
+                _writes_of, writers, work, per, f"{name}-{round_}"))
             total = args.threads * per * (BATCH if name == "batched" else 1)
             figures[name][side].append(total / seconds)
             for client in writers:
