@@ -18,6 +18,7 @@ from memq.events.envelope import (
     decode,
     encode,
     from_dict,
+    upcast,
 )
 from memq.events.fields import (
     INT64_LIMIT,
@@ -67,4 +68,5 @@ __all__ = [
     "decode",
     "encode",
     "from_dict",
+    "upcast",
 ]

@@ -43,7 +43,13 @@ class Event:
     session_id: str | None
     created_at: str
     payload: dict[str, Any] = field(default_factory=dict)
-    version: int = 1
+    version: int = 0
+    """The payload's schema version; 0 (the default) stands for its type's current one."""
+
+    def __post_init__(self) -> None:
+        if self.version == 0:
+            schema = SCHEMAS.get(self.type)
+            object.__setattr__(self, "version", 1 if schema is None else schema.version)
 
     def to_json(self) -> bytes:
         return encode(self)
@@ -124,7 +130,7 @@ def from_dict(data: Any, limits: LimitsConfig | None = None) -> Event:
     payload = data.get("payload")
     if not isinstance(payload, dict):
         raise InvalidEvent(f"{etype}: payload must be a JSON object")
-    version, payload = _upcast(etype, data.get("v"), payload, schema)
+    version, payload = upcast(etype, data.get("v"), payload)
     event = Event(
         id=_event_id(data),
         type=etype,
@@ -137,9 +143,9 @@ def from_dict(data: Any, limits: LimitsConfig | None = None) -> Event:
     return event if checked is payload else dataclasses.replace(event, payload=checked)
 
 
-def _upcast(
-    etype: str, version: Any, payload: dict[str, Any], schema: Schema
-) -> tuple[int, dict[str, Any]]:
+def upcast(etype: str, version: Any, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``payload`` of ``etype`` at ``version``, in the current version: (version, payload)."""
+    schema = SCHEMAS[etype]
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise InvalidEvent(f"{etype}: v must be a positive integer, got {shown(version)}")
     while version < schema.version:
