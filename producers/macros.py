@@ -125,9 +125,10 @@ def _best_per_next_tool(rows: list[Macro]) -> list[Macro]:
     return sorted(best.values(), key=_rank)
 
 
-def _rank(macro: Macro) -> tuple[float, bool, int, int]:
+def _rank(macro: Macro) -> tuple[float, bool, int, str, int]:
+    # Ids are hashes (store/projections/macros.py): on a full tie the older macro wins.
     return (-macro.confidence, macro.trigger_args_pattern == ANY_ARGS,
-            -macro.transition_count, macro.id)
+            -macro.transition_count, macro.created_at, macro.id)
 
 
 def _suggestion(macro: Macro, args: dict[str, Any]) -> MacroSuggestion:

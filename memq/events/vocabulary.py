@@ -189,7 +189,12 @@ SCHEMAS: dict[str, Schema] = {
         },
     ),
     EventType.MACRO_OBSERVED: Schema(1, {"tool": _ID, "args": Field(dict)}, needs_session=True),
-    EventType.MACRO_USED: Schema(1, {"macro_id": Field(int, low=1)}),
+    # Version 2: `macro_id` is the macro's own id (store/projections/macros.py), which
+    # forgetting other calls never changes. Version 1 named a macro by its position among
+    # those learned so far, which a forget renumbers: upcast, it keeps that meaning as
+    # `positional`.
+    EventType.MACRO_USED: Schema(2, {"macro_id": Field(int, low=1),
+                                     "positional": Field(bool, required=False)}),
     EventType.TASK_SCHEDULED: Schema(1, _TASK_FIELDS),
     EventType.TASK_CHANGED: Schema(
         1,
@@ -271,5 +276,8 @@ SCHEMAS: dict[str, Schema] = {
 }
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
-"""(type, old version) -> function returning the payload in version old + 1."""
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    (EventType.MACRO_USED, 1): lambda payload: {**payload, "positional": True},
+}
+"""(type, old version) -> function returning the payload in version old + 1. The writer
+upcasts what arrives before logging it, and the log's reader what was logged before."""

@@ -41,6 +41,7 @@ MIGRATIONS: list[Migration] = [
     Migration("0010_session_marks", f.session_marks),
     Migration("0011_rejected_stream", f.rejected_stream),
     Migration("0011b_tombstones", f.tombstones),
+    Migration("0011c_macro_ordinals", f.macro_ordinals),
     Migration("0012_macros_without_literals", f.macros_without_literals),
     Migration("0013_scopes", m.scopes),
     Migration("0014_facts_per_user", m.facts_per_user),
@@ -53,4 +54,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0021_fts_external_content", m.fts_external_content),
     Migration("0022_message_forgetting", m.message_forgetting),
     Migration("0023_document_erasure", m.document_erasure),
+    Migration("0024_macro_content_ids", m.macro_content_ids),
 ]

@@ -280,6 +280,16 @@ def macros_without_literals(cur: apsw.Cursor) -> None:
     relearn(cur)
 
 
+def macro_ordinals(cur: apsw.Cursor) -> None:
+    # Learned macros get ids of their own (0024); the place in which each was learned,
+    # what ids were until then, is kept for the uses that name a macro by it. Placed
+    # before 0012 although added later, because 0012 replays the log through today's
+    # appliers, which write this column.
+    cur.execute("ALTER TABLE macros ADD COLUMN ordinal INTEGER")
+    cur.execute("UPDATE macros SET ordinal = id")
+    cur.execute("CREATE UNIQUE INDEX macros_by_ordinal ON macros(ordinal)")
+
+
 def tombstones(cur: apsw.Cursor) -> None:
     # A forgotten event stays in the log as a tombstone: `erased_by` names the event that
     # erased it, and its payload is emptied (store/projections/forgetting.py). Placed before

@@ -312,3 +312,15 @@ def document_erasure(cur: apsw.Cursor) -> None:
         WHERE seq IN (SELECT seq FROM doomed WHERE deleted_by IS NOT NULL);
         """
     )
+
+
+def macro_content_ids(cur: apsw.Cursor) -> None:
+    # A learned macro's id was its place in the order macros were learned, so forgetting
+    # one user's calls renumbered every later macro: another user's recorded uses then
+    # named no macro (and were tombstoned) or the wrong one, and the ids agents held
+    # changed. Ids are now hashes of the transitions (store/projections/macros.py); the
+    # projection is relearned under that rule, and the uses logged before name their
+    # macros by place (version 1), which `ordinal` keeps.
+    from memq.store.projections.macros import relearn
+
+    relearn(cur)

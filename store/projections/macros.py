@@ -6,10 +6,17 @@ new call adds one transition from it, under the previous call's argument pattern
 under its tool alone. ``macro_next_args`` counts the argument templates seen after each
 macro, at most :data:`MAX_TEMPLATES` per macro (the least used, then the oldest, goes).
 ``created_at`` / ``updated_at`` come from the events, never from the clock.
+
+A learned macro's id is a hash of its transition (:func:`content_id`), not its place in
+the order macros were learned: forgetting calls relearns the projection from the calls
+left, and every macro those calls still teach keeps its id, so the uses recorded of it
+and the ids agents hold stay right. ``ordinal`` is that place (what ids were before
+migration 0024): a ``macro.used`` of version 1 names a macro by it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +39,18 @@ from memq.toolcalls import (
 
 MAX_TEMPLATES = 16
 """Candidate next-argument templates kept per macro (bounds the table for free text)."""
+
+MAX_MACRO_ID = 2**53 - 1
+"""Learned ids stay at or below this, so that a JSON reader holding numbers as doubles
+(JavaScript) reads them exactly."""
+
+
+def content_id(tool: str, pattern: str, next_tool: str) -> int:
+    """The id a learned macro ``tool(pattern)`` → ``next_tool`` is given, unless another
+    macro holds it (then the next free one, :func:`_free_id`)."""
+    key = orjson.dumps([tool, pattern, next_tool])
+    digest = hashlib.blake2b(key, digest_size=8, person=b"memq.macro").digest()
+    return int.from_bytes(digest, "big") % MAX_MACRO_ID + 1
 
 
 def apply_observed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
@@ -84,13 +103,25 @@ def _count_transition(
            WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern""",
         key,
     ).fetchone()
+    macro_id = _free_id(cur, content_id(tool, pattern, next_tool))
+    ordinal = cur.execute("SELECT coalesce(max(ordinal), 0) + 1 FROM macros").get
     cur.execute(
-        """INSERT INTO macros (trigger_tool, trigger_args_pattern, next_tool, next_args,
-               confidence, used_count, created_at, updated_at, transition_count, trigger_count)
-           VALUES (:tool, :pattern, :next, NULL, 0.0, 0, :at, :at, 1, :n)""",
-        {**key, "n": (siblings[0] if siblings else None) or 0},
+        """INSERT INTO macros (id, ordinal, trigger_tool, trigger_args_pattern, next_tool,
+               next_args, confidence, used_count, created_at, updated_at, transition_count,
+               trigger_count)
+           VALUES (:id, :ordinal, :tool, :pattern, :next, NULL, 0.0, 0, :at, :at, 1, :n)""",
+        {**key, "id": macro_id, "ordinal": ordinal,
+         "n": (siblings[0] if siblings else None) or 0},
     )
-    return int(cur.getconnection().last_insert_rowid()), None
+    return macro_id, None
+
+
+def _free_id(cur: apsw.Cursor, wanted: int) -> int:
+    # Taken only by a hash collision or an imported macro's id: rare, and settled the same
+    # way by every replay of the same calls.
+    while cur.execute("SELECT 1 FROM macros WHERE id = ?", (wanted,)).fetchone() is not None:
+        wanted = wanted % MAX_MACRO_ID + 1
+    return wanted
 
 
 def _count_trigger(cur: apsw.Cursor, tool: str, pattern: str) -> None:
@@ -155,16 +186,21 @@ def forget_session(cur: apsw.Cursor, session_id: str) -> None:
 
 def apply_used(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     macro_id = event.payload["macro_id"]
+    # Version 1 named the macro by its place among those learned (see the docstring).
+    positional = bool(event.payload.get("positional"))
     cur.execute(
-        "UPDATE macros SET used_count = used_count + 1, updated_at = ? WHERE id = ?",
+        "UPDATE macros SET used_count = used_count + 1, updated_at = ? "
+        f"WHERE {'ordinal' if positional else 'id'} = ?",
         (event.created_at, macro_id),
     )
     if cur.getconnection().changes() == 0:
-        raise InvalidEvent(f"unknown macro {macro_id}")
+        how = " (named by its place, as version 1 did)" if positional else ""
+        raise InvalidEvent(f"unknown macro {macro_id}{how}")
 
 
 def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
-    """One row of the legacy ``macros`` table, as it was: id, confidence, uses and times.
+    """One row of the legacy ``macros`` table, as it was: id (its ordinal too), confidence,
+    uses and times.
 
     memq's counts behind the confidence start at zero: the seed did not keep them. The
     seed's confidence stands until memq itself sees a call of the trigger tool with that
@@ -178,10 +214,10 @@ def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
          "next_args": None if p.get("next_args") is None else scrub_template(p["next_args"])}
     try:
         cur.execute(
-            """INSERT INTO macros (id, trigger_tool, trigger_args_pattern, next_tool,
+            """INSERT INTO macros (id, ordinal, trigger_tool, trigger_args_pattern, next_tool,
                    next_args, confidence, used_count, created_at, updated_at,
                    transition_count, trigger_count)
-               VALUES (:macro_id, :trigger_tool, :trigger_args_pattern, :next_tool,
+               VALUES (:macro_id, :macro_id, :trigger_tool, :trigger_args_pattern, :next_tool,
                    :next_args, :confidence, :used_count, :created_at, :updated_at, 0, 0)""",
             p,
         )

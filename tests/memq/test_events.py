@@ -31,6 +31,23 @@ def test_every_declared_type_has_a_schema_and_round_trips() -> None:
     assert decode(encode(original)) == original
 
 
+
+def test_an_event_made_without_a_version_is_in_its_types_current_one() -> None:
+    used = Event("e1", EventType.MACRO_USED, None, now_rfc3339(), {"macro_id": 5})
+    assert used.version == SCHEMAS[EventType.MACRO_USED].version == 2
+    assert Event("e2", "message.exploded", None, now_rfc3339()).version == 1
+    assert decode(encode(used)) == used
+
+
+def test_a_version_1_macro_use_is_upcast_to_name_its_macro_by_place() -> None:
+    old = event(type="macro.used", v=1, session_id=None)
+    old["payload"] = {"macro_id": 3}
+    decoded = decode(orjson.dumps(old))
+    assert (decoded.version, decoded.payload) == (2, {"macro_id": 3, "positional": True})
+    old["v"] = 3
+    with pytest.raises(InvalidEvent, match="unsupported version 3 \\(this writer knows 2\\)"):
+        decode(orjson.dumps(old))
+
 CASES: list[tuple[dict[str, Any], str]] = [
     (event(type="message.exploded"), "unknown event type 'message.exploded'"),
     (event(v=2), "unsupported version 2 (this writer knows 1)"),

@@ -20,6 +20,8 @@ from memq import names
 from memq.authority import ROLE_OF_STREAM, type_refusal
 from memq.clock import uuid7
 from memq.events import Event, EventType
+from memq.store.projections.macros import content_id
+from memq.toolcalls import args_pattern
 from tests.store.eventlog import EventLog, at, event
 
 
@@ -30,6 +32,10 @@ def log(tmp_path: Path) -> Iterator[EventLog]:
     opened.close()
 
 
+LEARNED = content_id("read_file", args_pattern({"path": "a.py"}), "edit_file")
+"""The id of the macro first_batch's two calls teach (its specific pattern)."""
+
+
 def first_batch() -> list[Event]:
     """Two tool calls (one learned macro), its use, a message, a fact."""
     return [
@@ -37,7 +43,7 @@ def first_batch() -> list[Event]:
               session="s1", created_at=at(1)),
         event(EventType.MACRO_OBSERVED, {"tool": "edit_file", "args": {"path": "a.py"}},
               session="s1", created_at=at(2)),
-        event(EventType.MACRO_USED, {"macro_id": 1}, created_at=at(3)),
+        event(EventType.MACRO_USED, {"macro_id": LEARNED}, created_at=at(3)),
         message("hello", at(4)),
         event(EventType.FACT_SET, {"category": "user", "key": "tz", "value": "UTC",
                                    "source": "agent"}, created_at=at(5)),
@@ -92,7 +98,7 @@ def test_a_redelivered_event_is_not_applied_again_on_the_careful_path(log: Event
 
 
 def test_the_same_event_twice_in_one_careful_batch_is_applied_once(log: EventLog) -> None:
-    use = event(EventType.MACRO_USED, {"macro_id": 1}, created_at=at(3))
+    use = event(EventType.MACRO_USED, {"macro_id": LEARNED}, created_at=at(3))
     log.send(*first_batch()[:2])
     bad = event(EventType.MACRO_USED, {"macro_id": 999}, created_at=at(7))
     result = log.send(use, use, bad)

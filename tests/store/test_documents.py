@@ -207,7 +207,7 @@ def test_the_upgrade_empties_the_events_of_documents_deleted_before_it(tmp_path:
                      " recorded_at, payload) VALUES (?, ?, ?, 1, NULL, ?, ?, ?)",
                      (seq, sent.id, sent.type, sent.created_at, sent.created_at,
                       orjson.dumps(sent.payload).decode()))
-    assert schema.migrate(conn) == ["0023_document_erasure"]
+    assert schema.migrate(conn, through="0023_document_erasure") == ["0023_document_erasure"]
     rows = conn.execute("SELECT seq, payload = '{}', erased_by FROM events ORDER BY seq")
     assert list(rows) == [(1, 1, 4), (2, 1, 4), (3, 0, None), (4, 0, None), (5, 0, None),
                           (6, 0, None)]

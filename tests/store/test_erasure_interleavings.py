@@ -7,6 +7,7 @@ Driven through the writer's own batch code (tests/store/eventlog.py), without Re
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -39,7 +40,7 @@ STEPS = st.lists(st.one_of(
     # Recorded tool calls (macros learned from them), a use of a learned macro, and
     # retention of the calls.
     st.tuples(st.just("call"), st.sampled_from(SESSION_NAMES), st.integers(0, 2)),
-    st.tuples(st.just("use"), st.just(""), st.integers(1, 4)),
+    st.tuples(st.just("use"), st.just(""), st.integers(0, 5)),
     st.tuples(st.just("expire_calls"), st.just(""), st.integers(0, 30)),
 ), max_size=25)
 
@@ -87,7 +88,14 @@ def _step(log: EventLog, made: list[str], i: int, step: str, session: str, arg: 
         return event(EventType.MACRO_OBSERVED, {"tool": TOOLS[arg], "args": {"path": f"f{i}"}},
                      session=session, created_at=at(i))
     if step == "use":
-        return event(EventType.MACRO_USED, {"macro_id": arg}, created_at=at(i))
+        # Even: a committed macro by its id (or an unknown id); odd: by its place, as a
+        # client of version 1 names a macro.
+        ids = [r[0] for r in log.rows("SELECT id FROM macros ORDER BY ordinal")]
+        if arg % 2:
+            return dataclasses.replace(event(EventType.MACRO_USED, {"macro_id": arg},
+                                             created_at=at(i)), version=1)
+        chosen = ids[arg // 2 % len(ids)] if ids else arg
+        return event(EventType.MACRO_USED, {"macro_id": chosen}, created_at=at(i))
     if step == "expire_calls":
         return event(EventType.RETENTION_APPLIED, {"calls_before": at(arg)},
                      created_at=at(i))

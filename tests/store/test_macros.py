@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import random
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memq.events import EventType
 from memq.store import schema
-from memq.store.projections.macros import MAX_TEMPLATES, forget_session
+from memq.store.projections.macros import (
+    MAX_MACRO_ID,
+    MAX_TEMPLATES,
+    content_id,
+    forget_session,
+)
 from memq.toolcalls import ANY_ARGS, args_pattern, confidence
 from tests.store.eventlog import EventLog, at, event
 
@@ -260,4 +270,125 @@ def test_an_upgrade_relearns_macros_without_the_values_they_kept(log: EventLog) 
     after = log.dump()
     assert "7fQ2mZ9x" not in repr(after["macros"]) + repr(after["macro_next_args"])
     assert macro(log, "login", ANY_ARGS, "http_get")["id"] == row["id"]
+    log.assert_rebuild_equal()
+
+
+def ids_by_transition(log: EventLog) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """Each macro's (id, used_count), by its transition."""
+    return {(t, p, n): (i, u) for i, t, p, n, u in log.rows(
+        "SELECT id, trigger_tool, trigger_args_pattern, next_tool, used_count FROM macros")}
+
+
+def use(macro_id: int, minute: int = 0, *, version: int = 0):
+    used = event(EventType.MACRO_USED, {"macro_id": macro_id}, created_at=at(minute))
+    return dataclasses.replace(used, version=version) if version else used
+
+
+def test_a_learned_macro_is_named_by_its_transition(learned: EventLog) -> None:
+    rows = ids_by_transition(learned)
+    assert rows
+    assert all(i == content_id(*key) for key, (i, _) in rows.items())
+    assert all(1 <= i <= MAX_MACRO_ID for i, _ in rows.values())
+    # The order in which they were learned is kept beside: 1, 2, 3...
+    assert learned.rows("SELECT ordinal FROM macros ORDER BY ordinal") == [
+        (n,) for n in range(1, len(rows) + 1)]
+
+
+def test_forgetting_calls_keeps_the_ids_and_uses_of_the_macros_left(log: EventLog) -> None:
+    """The macros of the calls left keep their ids and the uses recorded of them: before,
+    a forget renumbered every macro learned after the forgotten ones, so a use of another
+    session's macro was lost (tombstoned as unknown) or counted for a different one."""
+    log.send(call("gone", "read_file", {"path": "a.py"}), call("gone", "edit_file", {}),
+             *(call("kept", tool, {}) for tool in ("ls", "cat", "grep", "wc")))
+    before = ids_by_transition(log)
+    kept = before[("grep", "{}", "wc")][0]
+    log.send(use(kept), use(kept))
+    log.send(event(EventType.SESSION_FORGOTTEN, {}, session="gone"))
+    after = ids_by_transition(log)
+    assert after == {key: (i, 2 if i == kept else 0) for key, (i, _) in before.items()
+                     if key[0] != "read_file"}
+    assert log.rows("SELECT count(*) FROM events WHERE type = 'macro.used' "
+                    "AND erased_by IS NOT NULL") == [(0,)]
+    log.assert_rebuild_equal()
+
+
+_CALLS = st.lists(st.tuples(st.sampled_from(["gone", "kept"]),
+                            st.sampled_from(["ls", "cat", "grep", "edit"]),
+                            st.booleans()), min_size=2, max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_CALLS, st.lists(st.integers(0, 10**6), max_size=8))
+def test_generated_forgets_never_move_the_macros_left(
+    tmp_path_factory: pytest.TempPathFactory, calls: list[tuple[str, str, bool]],
+    picks: list[int],
+) -> None:
+    log = EventLog(tmp_path_factory.mktemp("macro-ids"))
+    try:
+        log.send(*(call(s, tool, {"path": "a.py"} if with_args else {}, i)
+                   for i, (s, tool, with_args) in enumerate(calls)))
+        before = ids_by_transition(log)
+        ids = sorted(i for i, _ in before.values())
+        used = Counter(ids[p % len(ids)] for p in picks) if ids else Counter()
+        if used:
+            log.send(*(use(i) for i in used.elements()))
+        log.send(event(EventType.SESSION_FORGOTTEN, {}, session="gone"))
+        after = ids_by_transition(log)
+        # Every macro left is one of before, under the same id, with every use of it.
+        for key, (i, uses) in after.items():
+            assert (before[key][0], uses) == (i, used[i]), key
+        # ... and it is left exactly when calls of the session kept still teach it.
+        kept = [(tool, with_args) for s, tool, with_args in calls if s == "kept"]
+        taught = {(a, n) for (a, _), (n, _) in itertools.pairwise(kept)}
+        assert {(t, n) for t, _, n in after} == taught
+        log.assert_rebuild_equal()
+    finally:
+        log.close()
+
+
+def test_a_version_1_use_names_a_macro_by_its_place(log: EventLog) -> None:
+    log.send(call("s", "ls", {}), call("s", "cat", {}), call("s", "grep", {}))
+    first = log.rows("SELECT id FROM macros WHERE ordinal = 1")[0][0]
+    result = log.send(use(1, version=1))  # as a client of version 1 sends it
+    assert result.applied == 1
+    assert ids_by_transition(log)[("ls", "{}", "cat")] == (first, 1)
+    assert log.send(use(99, version=1)).rejected == 1
+    assert "unknown macro 99 (named by its place" in log.rejections()[-1]
+    log.assert_rebuild_equal()
+
+
+def test_an_upgrade_gives_learned_macros_their_own_ids(log: EventLog) -> None:
+    """A database of the old rule: ids were places, and a logged use (version 1) named its
+    macro by place. Migration 0024 relearns the macros under the new rule, and the use
+    still counts for the macro it named; its redelivery is still a duplicate."""
+    log.send(call("s", "ls", {}), call("s", "cat", {}), call("s", "grep", {}))
+    old_use = use(2, version=1)
+    log.send(old_use)
+    # As an old writer logged it, and as the old rule numbered the macros.
+    log.conn.execute("UPDATE events SET version = 1, payload = '{\"macro_id\":2}' "
+                     "WHERE type = 'macro.used'")
+    log.conn.execute("UPDATE macros SET id = ordinal")
+    log.conn.execute("DELETE FROM schema_migrations WHERE name = '0024_macro_content_ids'")
+
+    assert schema.migrate(log.conn) == ["0024_macro_content_ids"]
+    rows = ids_by_transition(log)
+    assert all(i == content_id(*key) for key, (i, _) in rows.items())
+    second = log.rows("SELECT trigger_tool, trigger_args_pattern, next_tool FROM macros "
+                      "WHERE ordinal = 2")[0]
+    assert [u for key, (_, u) in rows.items() if u] == [1]
+    assert rows[second][1] == 1
+    assert log.send(old_use).duplicates == 1
+    log.assert_rebuild_equal()
+
+
+def test_an_imported_id_moves_a_learned_macro_to_the_next_free_one(log: EventLog) -> None:
+    taken = content_id("ls", "{}", "cat")
+    log.send(event(EventType.MACRO_IMPORTED, {
+        "macro_id": taken, "trigger_tool": "old", "trigger_args_pattern": "*",
+        "next_tool": "older", "next_args": None, "confidence": 0.5, "used_count": 3,
+        "created_at": at(0), "updated_at": at(0)}))
+    log.send(call("s", "ls", {}), call("s", "cat", {}))
+    rows = ids_by_transition(log)
+    assert rows[("old", "*", "older")] == (taken, 3)
+    assert rows[("ls", "{}", "cat")][0] == taken % MAX_MACRO_ID + 1
     log.assert_rebuild_equal()
