@@ -100,6 +100,9 @@ def test_the_macro_example_finds_the_habit(stack: Path) -> None:
     done = subprocess.run([sys.executable, script.name], cwd=stack, env=clean_env(),
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "MacroSuggestion(" in done.stdout
+    # The id the README prints is the one a user gets: a hash of the transition.
+    printed = re.search(r"# \[MacroSuggestion\(macro_id=(\d+),", block)
+    assert printed is not None
+    assert f"MacroSuggestion(macro_id={printed.group(1)}, " in done.stdout
     # The path just read is carried over into the suggested call.
     assert "tool='edit_file', args={'patch': '...', 'path': 'lib/x.py'}" in done.stdout
