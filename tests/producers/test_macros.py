@@ -11,6 +11,8 @@ from memq import MemoryClient, names
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config, MacrosConfig
 from memq.errors import ConfigError, NotFound, ValidationError
+from memq.producers.macros import _best_per_next_tool
+from memq.store.read.macros import Macro
 from memq.store.rebuild import check
 from memq.testing import wait_committed
 from memq.toolcalls import ANY_ARGS
@@ -224,3 +226,14 @@ def test_a_token_sent_around_the_client_is_not_kept_in_a_macro(
         assert secret not in shared
     [suggestion] = client.suggest_next_tools("login", {"password": "mine"})
     assert suggestion.args["headers"] == {"Authorization": "<secret>"}
+
+
+def test_on_a_full_tie_the_older_macro_is_suggested_first() -> None:
+    # Ids are hashes of the transitions, so they no longer say which macro came first.
+    def learned(next_tool: str, macro_id: int, created_at: str) -> Macro:
+        return Macro(macro_id, "read_file", ANY_ARGS, next_tool, None, 0.5, 0, 3, 5,
+                     created_at, created_at)
+
+    newer = learned("edit_file", 1, "2026-03-02T00:00:00.000000Z")
+    older = learned("grep", 2**52, "2026-03-01T00:00:00.000000Z")
+    assert [m.next_tool for m in _best_per_next_tool([newer, older])] == ["grep", "edit_file"]
