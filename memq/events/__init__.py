@@ -18,7 +18,6 @@ from memq.events.envelope import (
     decode,
     encode,
     from_dict,
-    upcast,
 )
 from memq.events.fields import (
     INT64_LIMIT,
@@ -68,5 +67,4 @@ __all__ = [
     "decode",
     "encode",
     "from_dict",
-    "upcast",
 ]

@@ -190,11 +190,10 @@ SCHEMAS: dict[str, Schema] = {
     ),
     EventType.MACRO_OBSERVED: Schema(1, {"tool": _ID, "args": Field(dict)}, needs_session=True),
     # Version 2: `macro_id` is the macro's own id (store/projections/macros.py), which
-    # forgetting other calls never changes. Version 1 named a macro by its position among
-    # those learned so far, which a forget renumbers: upcast, it keeps that meaning as
-    # `positional`.
-    EventType.MACRO_USED: Schema(2, {"macro_id": Field(int, low=1),
-                                     "positional": Field(bool, required=False)}),
+    # forgetting other calls never changes. In the log, version 1 named a macro by its
+    # place among those learned, which a forget renumbered (migration 0024 turns those
+    # into ids).
+    EventType.MACRO_USED: Schema(2, {"macro_id": Field(int, low=1)}),
     EventType.TASK_SCHEDULED: Schema(1, _TASK_FIELDS),
     EventType.TASK_CHANGED: Schema(
         1,
@@ -277,7 +276,10 @@ SCHEMAS: dict[str, Schema] = {
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
-    (EventType.MACRO_USED, 1): lambda payload: {**payload, "positional": True},
+    # A client of version 1 sends the id it read from `macros`: since migration 0024, the
+    # macro's own id, as version 2 names it.
+    (EventType.MACRO_USED, 1): lambda payload: payload,
 }
 """(type, old version) -> function returning the payload in version old + 1. The writer
-upcasts what arrives before logging it, and the log's reader what was logged before."""
+upcasts what arrives before logging it; the log keeps each event in the version it was
+logged in, and an applier knows every version its log may hold."""

@@ -319,8 +319,10 @@ def macro_content_ids(cur: apsw.Cursor) -> None:
     # one user's calls renumbered every later macro: another user's recorded uses then
     # named no macro (and were tombstoned) or the wrong one, and the ids agents held
     # changed. Ids are now hashes of the transitions (store/projections/macros.py); the
-    # projection is relearned under that rule, and the uses logged before name their
-    # macros by place (version 1), which `ordinal` keeps.
+    # projection is relearned under that rule, and each use logged before (version 1,
+    # naming its macro by place, which `ordinal` keeps) is rewritten to name its macro's
+    # id. What is left in version 1 is tombstones, whose payload is gone.
     from memq.store.projections.macros import relearn
 
     relearn(cur)
+    cur.execute("UPDATE events SET version = 2 WHERE type = 'macro.used' AND version = 1")

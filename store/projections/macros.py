@@ -10,8 +10,9 @@ macro, at most :data:`MAX_TEMPLATES` per macro (the least used, then the oldest,
 A learned macro's id is a hash of its transition (:func:`content_id`), not its place in
 the order macros were learned: forgetting calls relearns the projection from the calls
 left, and every macro those calls still teach keeps its id, so the uses recorded of it
-and the ids agents hold stay right. ``ordinal`` is that place (what ids were before
-migration 0024): a ``macro.used`` of version 1 names a macro by it.
+and the ids agents hold stay right. ``ordinal`` is that place, what ids were before
+migration 0024: a ``macro.used`` logged before it (version 1) named its macro so, and is
+turned into a use by id when a replay applies it (:func:`apply_used`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import apsw
 import orjson
 
 from memq.errors import InvalidEvent
-from memq.events import Event, EventType, check_identifier
+from memq.events import INT64_LIMIT, Event, EventType, check_identifier
 from memq.store.effects import Effects
 from memq.store.projections.base import Applier
 from memq.store.write.log import read_events
@@ -104,7 +105,7 @@ def _count_transition(
         key,
     ).fetchone()
     macro_id = _free_id(cur, content_id(tool, pattern, next_tool))
-    ordinal = cur.execute("SELECT coalesce(max(ordinal), 0) + 1 FROM macros").get
+    ordinal = cur.execute(_NEXT_ORDINAL).get
     cur.execute(
         """INSERT INTO macros (id, ordinal, trigger_tool, trigger_args_pattern, next_tool,
                next_args, confidence, used_count, created_at, updated_at, transition_count,
@@ -114,6 +115,13 @@ def _count_transition(
          "n": (siblings[0] if siblings else None) or 0},
     )
     return macro_id, None
+
+
+# Past an imported id at SQLite's limit there is no next place (the old rule, ids by
+# place, then let SQLite pick one at random): such a macro has none.
+_NEXT_ORDINAL = f"""
+    SELECT CASE WHEN max(ordinal) >= {INT64_LIMIT - 1} THEN NULL
+                ELSE coalesce(max(ordinal), 0) + 1 END FROM macros"""
 
 
 def _free_id(cur: apsw.Cursor, wanted: int) -> int:
@@ -186,16 +194,30 @@ def forget_session(cur: apsw.Cursor, session_id: str) -> None:
 
 def apply_used(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     macro_id = event.payload["macro_id"]
-    # Version 1 named the macro by its place among those learned (see the docstring).
-    positional = bool(event.payload.get("positional"))
+    if event.version == 1:
+        macro_id = _by_place(cur, macro_id, seq)
     cur.execute(
-        "UPDATE macros SET used_count = used_count + 1, updated_at = ? "
-        f"WHERE {'ordinal' if positional else 'id'} = ?",
+        "UPDATE macros SET used_count = used_count + 1, updated_at = ? WHERE id = ?",
         (event.created_at, macro_id),
     )
     if cur.getconnection().changes() == 0:
-        how = " (named by its place, as version 1 did)" if positional else ""
-        raise InvalidEvent(f"unknown macro {macro_id}{how}")
+        raise InvalidEvent(f"unknown macro {macro_id}")
+
+
+def _by_place(cur: apsw.Cursor, place: int, seq: int) -> int:
+    """The id of the macro a use logged before migration 0024 named by its place.
+
+    Only a replay meets such a use (the writer logs every use by id), in migrations 0012
+    and 0024: the logged use is rewritten to name that id, in version 2, so that no later
+    replay, after a forget has moved the places, reads the place again.
+    """
+    macro_id = cur.execute("SELECT id FROM macros WHERE ordinal = ?", (place,)).get
+    if macro_id is None:
+        raise InvalidEvent(f"unknown macro {place} (a use logged by place, before migration "
+                           "0024)")
+    cur.execute("UPDATE events SET version = 2, payload = ? WHERE seq = ?",
+                (orjson.dumps({"macro_id": macro_id}).decode(), seq))
+    return int(macro_id)
 
 
 def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:

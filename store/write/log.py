@@ -8,7 +8,7 @@ import apsw
 import orjson
 
 from memq.errors import InvalidEvent
-from memq.events import SCHEMAS, Event, upcast
+from memq.events import Event
 from memq.store.write import bulk
 
 
@@ -57,8 +57,7 @@ def read_events(
     only, if given), in log order.
 
     Tombstones (events whose data was forgotten, ``erased_by`` set) are left out: what
-    they said is gone, and a replay must give what the live projections hold now. An
-    event logged in an older version of its type comes back in the current one.
+    they said is gone, and a replay must give what the live projections hold now.
     """
     rows = conn.execute(
         """SELECT seq, event_id, type, version, session_id, created_at, payload
@@ -68,15 +67,14 @@ def read_events(
         (after_seq, None if types is None else orjson.dumps(sorted(types)).decode(),
          before_seq),
     )
-    for seq, event_id, etype, logged_version, session_id, created_at, payload in rows:
-        version, current = upcast(etype, logged_version, orjson.loads(payload))
+    for seq, event_id, etype, version, session_id, created_at, payload in rows:
         yield seq, Event(
             id=event_id,
             type=etype,
             version=version,
             session_id=session_id,
             created_at=created_at,
-            payload=current,
+            payload=orjson.loads(payload),
         )
 
 
@@ -121,23 +119,19 @@ def _content(event: Event) -> Content:
 
 
 def _stored(cur: apsw.Cursor, ids: list[str]) -> dict[str, Content]:
-    """The logged content of those of ``ids`` already in the log, in the current version
-    of its type, as a redelivery of it decodes (a tombstone's payload is None: it was
-    erased, and only its envelope can be compared)."""
+    """The logged content of those of ``ids`` already in the log (a tombstone's payload
+    is None: it was erased, and only its envelope can be compared)."""
     rows = cur.execute(
         """SELECT event_id, type, version, session_id, created_at, payload, erased_by
            FROM events WHERE event_id IN (SELECT value FROM json_each(?))""",
         (orjson.dumps(ids).decode(),),
     )
-    stored: dict[str, Content] = {}
-    for event_id, etype, logged_version, session, created, payload, erased in rows:
-        if erased:  # nothing left to upcast: the envelope is compared at the current version
-            version, canonical = SCHEMAS[str(etype)].version, None
-        else:
-            version, current = upcast(str(etype), logged_version, orjson.loads(payload))
-            canonical = orjson.dumps(current, option=orjson.OPT_SORT_KEYS).decode()
-        stored[str(event_id)] = (str(etype), version, session, str(created), canonical)
-    return stored
+    return {
+        str(event_id): (str(etype), int(version), session, str(created), None if erased
+                        else orjson.dumps(orjson.loads(payload), option=orjson.OPT_SORT_KEYS
+                                          ).decode())
+        for event_id, etype, version, session, created, payload, erased in rows
+    }
 
 
 def _check_same(event: Event, stored: Content) -> None:

@@ -39,11 +39,14 @@ def test_an_event_made_without_a_version_is_in_its_types_current_one() -> None:
     assert decode(encode(used)) == used
 
 
-def test_a_version_1_macro_use_is_upcast_to_name_its_macro_by_place() -> None:
+def test_a_macro_use_of_version_1_from_a_client_names_the_id_it_read() -> None:
     old = event(type="macro.used", v=1, session_id=None)
     old["payload"] = {"macro_id": 3}
     decoded = decode(orjson.dumps(old))
-    assert (decoded.version, decoded.payload) == (2, {"macro_id": 3, "positional": True})
+    assert (decoded.version, decoded.payload) == (2, {"macro_id": 3})
+    old["payload"] = {"macro_id": 3, "positional": True}
+    with pytest.raises(InvalidEvent, match="unknown payload field"):
+        decode(orjson.dumps(old))
     old["v"] = 3
     with pytest.raises(InvalidEvent, match="unsupported version 3 \\(this writer knows 2\\)"):
         decode(orjson.dumps(old))

@@ -88,14 +88,12 @@ def _step(log: EventLog, made: list[str], i: int, step: str, session: str, arg: 
         return event(EventType.MACRO_OBSERVED, {"tool": TOOLS[arg], "args": {"path": f"f{i}"}},
                      session=session, created_at=at(i))
     if step == "use":
-        # Even: a committed macro by its id (or an unknown id); odd: by its place, as a
-        # client of version 1 names a macro.
+        # A committed macro by its id (or an unknown id); odd: as a client of version 1
+        # sends it.
         ids = [r[0] for r in log.rows("SELECT id FROM macros ORDER BY ordinal")]
-        if arg % 2:
-            return dataclasses.replace(event(EventType.MACRO_USED, {"macro_id": arg},
-                                             created_at=at(i)), version=1)
         chosen = ids[arg // 2 % len(ids)] if ids else arg
-        return event(EventType.MACRO_USED, {"macro_id": chosen}, created_at=at(i))
+        used = event(EventType.MACRO_USED, {"macro_id": chosen}, created_at=at(i))
+        return dataclasses.replace(used, version=1) if arg % 2 else used
     if step == "expire_calls":
         return event(EventType.RETENTION_APPLIED, {"calls_before": at(arg)},
                      created_at=at(i))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memq.errors import InvalidEvent
-from memq.events import Event, EventType, decode
+from memq.events import Event, EventType
 from memq.store.write import batch
 from memq.store.write.log import append_event, append_events, check_redelivered, read_events
 from tests.store.eventlog import EventLog, at, event
@@ -92,20 +92,3 @@ def test_a_redelivered_batch_takes_the_fast_path(
     fresh = fact("x", "k")
     assert log.send(fresh, *events).applied == 1
 
-
-def test_an_event_logged_in_an_older_version_is_read_back_in_the_current_one(
-    log: EventLog,
-) -> None:
-    old = Event("e-old", EventType.MACRO_USED, None, at(1), {"macro_id": 2}, version=1)
-    cur = log.conn.cursor()
-    cur.execute("BEGIN")
-    seq = append_event(cur, old, at(1))  # as a writer of version 1 logged it
-    cur.execute("COMMIT")
-    assert log.rows("SELECT version, payload FROM events") == [(1, '{"macro_id":2}')]
-    [(read_seq, read)] = list(read_events(log.conn, types=[EventType.MACRO_USED]))
-    assert (read_seq, read.version, read.payload) == (seq, 2, {"macro_id": 2, "positional": True})
-    # Its redelivery, decoded (and so upcast) on arrival, is still the same event.
-    check_redelivered(log.conn.cursor(), read)
-    other = Event("e-old", EventType.MACRO_USED, None, at(1), {"macro_id": 3}, version=1)
-    with pytest.raises(InvalidEvent, match="already in the log with different content"):
-        check_redelivered(log.conn.cursor(), decode(other.to_json()))

@@ -346,38 +346,67 @@ def test_generated_forgets_never_move_the_macros_left(
         log.close()
 
 
-def test_a_version_1_use_names_a_macro_by_its_place(log: EventLog) -> None:
-    log.send(call("s", "ls", {}), call("s", "cat", {}), call("s", "grep", {}))
-    first = log.rows("SELECT id FROM macros WHERE ordinal = 1")[0][0]
-    result = log.send(use(1, version=1))  # as a client of version 1 sends it
-    assert result.applied == 1
-    assert ids_by_transition(log)[("ls", "{}", "cat")] == (first, 1)
-    assert log.send(use(99, version=1)).rejected == 1
-    assert "unknown macro 99 (named by its place" in log.rejections()[-1]
+def test_a_client_of_version_1_names_the_id_it_read(log: EventLog) -> None:
+    log.send(call("s", "ls", {}), call("s", "cat", {}))
+    macro_id = content_id("ls", "{}", "cat")
+    assert log.send(use(macro_id, version=1)).applied == 1
+    assert ids_by_transition(log)[("ls", "{}", "cat")] == (macro_id, 1)
+    assert log.rows("SELECT version, payload FROM events WHERE type = 'macro.used'") == [
+        (2, f'{{"macro_id":{macro_id}}}')]
     log.assert_rebuild_equal()
 
 
-def test_an_upgrade_gives_learned_macros_their_own_ids(log: EventLog) -> None:
-    """A database of the old rule: ids were places, and a logged use (version 1) named its
-    macro by place. Migration 0024 relearns the macros under the new rule, and the use
-    still counts for the macro it named; its redelivery is still a duplicate."""
-    log.send(call("s", "ls", {}), call("s", "cat", {}), call("s", "grep", {}))
-    old_use = use(2, version=1)
-    log.send(old_use)
-    # As an old writer logged it, and as the old rule numbered the macros.
-    log.conn.execute("UPDATE events SET version = 1, payload = '{\"macro_id\":2}' "
-                     "WHERE type = 'macro.used'")
+def as_the_old_rule_logged_it(log: EventLog) -> None:
+    """Make the log and tables those of a database before migration 0024: ids by place,
+    and each use logged in version 1 naming its macro by place."""
+    for seq, macro_id in log.rows("SELECT seq, json_extract(payload, '$.macro_id') FROM events "
+                                  "WHERE type = 'macro.used' AND erased_by IS NULL"):
+        [(place,)] = log.rows("SELECT ordinal FROM macros WHERE id = ?", macro_id)
+        log.conn.execute("UPDATE events SET version = 1, payload = ? WHERE seq = ?",
+                         (orjson.dumps({"macro_id": place}).decode(), seq))
     log.conn.execute("UPDATE macros SET id = ordinal")
     log.conn.execute("DELETE FROM schema_migrations WHERE name = '0024_macro_content_ids'")
 
+
+def test_an_upgrade_names_the_uses_logged_by_place_by_their_macros_ids(
+    log: EventLog,
+) -> None:
+    """Migration 0024 relearns the macros under the new rule and rewrites each use that was
+    logged by place to name its macro's id: a later forget, which moves the places, leaves
+    it with its macro. A redelivery of the old entry is not counted again."""
+    log.send(call("gone", "read_file", {}), call("gone", "edit_file", {}),
+             *(call("kept", tool, {}) for tool in ("ls", "cat", "grep")))
+    grep = content_id("cat", "{}", "grep")
+    old_use = use(log.rows("SELECT ordinal FROM macros WHERE id = ?", grep)[0][0], version=1)
+    log.send(use(grep))
+    log.conn.execute("UPDATE events SET event_id = ? WHERE type = 'macro.used'", (old_use.id,))
+    as_the_old_rule_logged_it(log)
+
     assert schema.migrate(log.conn) == ["0024_macro_content_ids"]
-    rows = ids_by_transition(log)
-    assert all(i == content_id(*key) for key, (i, _) in rows.items())
-    second = log.rows("SELECT trigger_tool, trigger_args_pattern, next_tool FROM macros "
-                      "WHERE ordinal = 2")[0]
-    assert [u for key, (_, u) in rows.items() if u] == [1]
-    assert rows[second][1] == 1
-    assert log.send(old_use).duplicates == 1
+    assert ids_by_transition(log)[("cat", "{}", "grep")] == (grep, 1)
+    assert log.rows("SELECT version, payload FROM events WHERE type = 'macro.used'") == [
+        (2, f'{{"macro_id":{grep}}}')]
+    log.send(event(EventType.SESSION_FORGOTTEN, {}, session="gone"))
+    assert ids_by_transition(log)[("cat", "{}", "grep")] == (grep, 1)
+    assert log.send(old_use).applied == 0
+    assert ids_by_transition(log)[("cat", "{}", "grep")] == (grep, 1)
+    log.assert_rebuild_equal()
+
+
+def test_an_imported_id_at_the_limit_leaves_later_macros_without_a_place(
+    log: EventLog,
+) -> None:
+    last = 2**63 - 1
+    log.send(event(EventType.MACRO_IMPORTED, {
+        "macro_id": last, "trigger_tool": "old", "trigger_args_pattern": "*",
+        "next_tool": "older", "next_args": None, "confidence": 0.5, "used_count": 0,
+        "created_at": at(0), "updated_at": at(0)}))
+    result = log.send(call("s", "ls", {}), call("s", "cat", {}), call("s", "grep", {}))
+    assert result.rejected == 0
+    assert log.rows("SELECT ordinal FROM macros ORDER BY ordinal IS NULL, ordinal") == [
+        (last,), (None,), (None,), (None,), (None,)]
+    log.conn.execute("DELETE FROM schema_migrations WHERE name = '0024_macro_content_ids'")
+    assert schema.migrate(log.conn) == ["0024_macro_content_ids"]
     log.assert_rebuild_equal()
 
 
