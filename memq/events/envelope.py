@@ -130,7 +130,7 @@ def from_dict(data: Any, limits: LimitsConfig | None = None) -> Event:
     payload = data.get("payload")
     if not isinstance(payload, dict):
         raise InvalidEvent(f"{etype}: payload must be a JSON object")
-    version, payload = _upcast(etype, data.get("v"), payload)
+    version, payload = _upcast(etype, data.get("v"), payload, schema)
     event = Event(
         id=_event_id(data),
         type=etype,
@@ -143,9 +143,9 @@ def from_dict(data: Any, limits: LimitsConfig | None = None) -> Event:
     return event if checked is payload else dataclasses.replace(event, payload=checked)
 
 
-def _upcast(etype: str, version: Any, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """``payload`` of ``etype`` at ``version``, in the current version: (version, payload)."""
-    schema = SCHEMAS[etype]
+def _upcast(
+    etype: str, version: Any, payload: dict[str, Any], schema: Schema
+) -> tuple[int, dict[str, Any]]:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise InvalidEvent(f"{etype}: v must be a positive integer, got {shown(version)}")
     while version < schema.version:

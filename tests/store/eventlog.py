@@ -66,6 +66,7 @@ class EventLog:
 
 
 def event(etype: str, payload: dict[str, Any], *, session: str | None = None,
-          created_at: str = BASE_TIME) -> Event:
+          created_at: str = BASE_TIME, version: int = 0) -> Event:
+    """An event to send; ``version`` 0 is its type's current one (an older client's: 1)."""
     return Event(id=uuid7(), type=etype, session_id=session, created_at=created_at,
-                 payload=payload)
+                 payload=payload, version=version)

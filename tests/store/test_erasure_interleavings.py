@@ -7,7 +7,6 @@ Driven through the writer's own batch code (tests/store/eventlog.py), without Re
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
@@ -92,8 +91,8 @@ def _step(log: EventLog, made: list[str], i: int, step: str, session: str, arg: 
         # sends it.
         ids = [r[0] for r in log.rows("SELECT id FROM macros ORDER BY ordinal")]
         chosen = ids[arg // 2 % len(ids)] if ids else arg
-        used = event(EventType.MACRO_USED, {"macro_id": chosen}, created_at=at(i))
-        return dataclasses.replace(used, version=1) if arg % 2 else used
+        return event(EventType.MACRO_USED, {"macro_id": chosen}, created_at=at(i),
+                     version=arg % 2)
     if step == "expire_calls":
         return event(EventType.RETENTION_APPLIED, {"calls_before": at(arg)},
                      created_at=at(i))

@@ -91,4 +91,3 @@ def test_a_redelivered_batch_takes_the_fast_path(
     assert (result.applied, result.duplicates) == (0, 3)
     fresh = fact("x", "k")
     assert log.send(fresh, *events).applied == 1
-

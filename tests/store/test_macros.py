@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 from collections import Counter
@@ -280,8 +279,8 @@ def ids_by_transition(log: EventLog) -> dict[tuple[str, str, str], tuple[int, in
 
 
 def use(macro_id: int, minute: int = 0, *, version: int = 0):
-    used = event(EventType.MACRO_USED, {"macro_id": macro_id}, created_at=at(minute))
-    return dataclasses.replace(used, version=version) if version else used
+    return event(EventType.MACRO_USED, {"macro_id": macro_id}, created_at=at(minute),
+                 version=version)
 
 
 def test_a_learned_macro_is_named_by_its_transition(learned: EventLog) -> None:
