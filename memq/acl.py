@@ -8,12 +8,13 @@ user of a Redis without ACL users, say -- holds whatever rights Redis gives it a
 admin: such a Redis is one trust domain, where every client may do everything.
 
 =======  ==============================================================================
-agent    XADD ``memq:inbox`` only (write-only: it cannot read what others sent); read
+agent    RPUSH to ``memq:queue:agent`` only (write-only: it cannot read what others
+         sent), in a MULTI with a read of its relayed count; read
          :data:`AGENT_READ_KEYS`; consume ``memq:agent-inbox`` with a consumer group;
-         no ``rq:*`` key, no pub/sub channel
+         no stream the writer reads, no ``rq:*`` key, no pub/sub channel
 worker   everything RQ workers do on ``rq:*`` (jobs, queues, registries, the worker's
-         pub/sub channel); XADD ``memq:inbox:worker`` and ``memq:agent-inbox``; the fired
-         markers of task runs; read the runs the writer registered
+         pub/sub channel); RPUSH to ``memq:queue:worker``; XADD ``memq:agent-inbox``;
+         the fired markers of task runs; read the runs the writer registered
 admin    every key, channel and command
 =======  ==============================================================================
 
@@ -56,7 +57,8 @@ URL_FILES: dict[Role, str] = {role: ROLE_URL_FILE.format(role=role.value) for ro
 # to AGENT_READ_KEYS; what it may run on those keys is AGENT_READ_COMMANDS.
 
 AGENT_READ_KEYS: tuple[str, ...] = (
-    names.COMMITTED_KEY,  # flush(): how far the writer has committed memq:inbox
+    names.RELAYED_KEYS[names.INBOX_STREAM],  # a push: where its items stand in the queue
+    names.COMMITTED_ORDINAL_KEYS[names.INBOX_STREAM],  # flush(): how far it is committed
     f"{names.REJECTIONS_PREFIX}*",  # flush(): what the writer rejected, per sender
     names.DATABASE_KEY,  # reads: is this client's database the writer's?
     names.AGENT_INBOX_STREAM,  # task deliveries
@@ -67,15 +69,19 @@ AGENT_READ_KEYS: tuple[str, ...] = (
 AGENT_CONSUMED_STREAMS: tuple[str, ...] = (names.AGENT_INBOX_STREAM,)
 """Streams an agent may read through a consumer group (XREADGROUP, XACK...), not write."""
 
-WORKER_STREAMS: tuple[str, ...] = (names.WORKER_INBOX_STREAM, names.AGENT_INBOX_STREAM)
-"""Streams a worker may XADD to (and nothing else)."""
+WORKER_STREAMS: tuple[str, ...] = (names.AGENT_INBOX_STREAM,)
+"""Streams a worker may XADD to (and nothing else): not one the writer reads."""
+
+QUEUE_COMMANDS = ("+rpush", "+multi", "+exec", "+discard")
+"""Sending to the writer: RPUSH to the role's queue, in a MULTI (see memq/broker.py)."""
 
 WORKER_KEYS: tuple[str, ...] = ("rq:*", f"{names.TASK_FIRED_PREFIX}*")
 """Keys a worker may read and write: RQ's own, and the fired markers of task runs."""
 
 WORKER_READ_KEYS: tuple[str, ...] = (
     f"{names.TASK_RUN_PREFIX}*",  # the task runs the writer registered
-    names.COMMITTED_KEYS[names.WORKER_INBOX_STREAM],  # flush(), for a client run as worker
+    names.RELAYED_KEYS[names.WORKER_INBOX_STREAM],  # a push: where its items stand
+    names.COMMITTED_ORDINAL_KEYS[names.WORKER_INBOX_STREAM],  # flush(), run as worker
     f"{names.REJECTIONS_PREFIX}*",  # ... and what the writer rejected of it
 )
 """Keys a worker may read only."""
@@ -111,12 +117,13 @@ def rules(role: Role) -> list[str]:
         return ["~*", "&*", "+@all"]
     if role is Role.AGENT:
         return ["resetchannels", "-@all", *CONNECTION_COMMANDS,
-                f"%W~{names.INBOX_STREAM}", "+xadd",
+                f"%W~{names.INBOX_QUEUES[names.INBOX_STREAM]}", *QUEUE_COMMANDS,
                 *(f"%R~{key}" for key in AGENT_READ_KEYS), *AGENT_READ_COMMANDS,
                 _selector(AGENT_CONSUMED_STREAMS, "%RW~", AGENT_CONSUMER_COMMANDS)]
     return ["resetchannels", *(f"&{c}" for c in WORKER_CHANNELS),
             *(f"~{key}" for key in WORKER_KEYS), *(f"%R~{key}" for key in WORKER_READ_KEYS),
-            *WORKER_COMMANDS, _selector(WORKER_STREAMS, "%W~", ("+xadd",))]
+            *WORKER_COMMANDS, _selector(WORKER_STREAMS, "%W~", ("+xadd",)),
+            _selector((names.INBOX_QUEUES[names.WORKER_INBOX_STREAM],), "%W~", QUEUE_COMMANDS)]
 
 
 def _selector(keys: tuple[str, ...], prefix: str, commands: tuple[str, ...]) -> str:

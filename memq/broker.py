@@ -131,7 +131,7 @@ def _async_sentinel_master(url: str, sentinel: RedisConfig, options: dict[str, A
     tls = target.pop("connection_class") is _SentinelSSLConnection
     if tls:
         target["connection_class"] = AsyncSentinelSSLConnection
-    manager = AsyncSentinel(  # type: ignore[no-untyped-call]
+    manager = AsyncSentinel(  # type: ignore[no-untyped-call, unused-ignore]
         sentinel.sentinel_addresses(),
         sentinel_kwargs=_sentinel_options(sentinel, options["socket_timeout"]))
     master: redis.asyncio.Redis = manager.master_for(sentinel.service, **target, **options)
@@ -147,7 +147,7 @@ def replicas_of(config: Config, *, timeout_s: float = 10.0) -> list[redis.Redis]
     tls = target.pop("connection_class") is _SentinelSSLConnection
     target["connection_class"] = SSLConnection if tls else redis.Connection
     manager = _sentinels(config.redis, timeout_s)
-    found = manager.discover_slaves(config.redis.service)  # type: ignore[no-untyped-call]
+    found = manager.discover_slaves(config.redis.service)  # type: ignore[no-untyped-call, unused-ignore]
     return [redis.Redis(connection_pool=redis.ConnectionPool(
                 host=host, port=port, socket_timeout=timeout_s,
                 socket_connect_timeout=timeout_s, **target))
@@ -162,8 +162,8 @@ def sentinel_view(config: Config, *, timeout_s: float = 5.0) -> dict[str, Any] |
     manager = _sentinels(config.redis, timeout_s)
     service = config.redis.service
     with translated(f"redis+sentinel://{service}", "asking the sentinels for the master"):
-        host, port = manager.discover_master(service)  # type: ignore[no-untyped-call]
-        replicas = manager.discover_slaves(service)  # type: ignore[no-untyped-call]
+        host, port = manager.discover_master(service)  # type: ignore[no-untyped-call, unused-ignore]
+        replicas = manager.discover_slaves(service)  # type: ignore[no-untyped-call, unused-ignore]
     return {"service": service, "master": f"{host}:{port}", "replicas": len(replicas),
             "sentinels": list(config.redis.sentinels)}
 
@@ -171,14 +171,14 @@ def sentinel_view(config: Config, *, timeout_s: float = 5.0) -> dict[str, Any] |
 def _sentinel_master(url: str, sentinel: RedisConfig, options: dict[str, Any]) -> redis.Redis:
     """A client of the master the sentinels name; each new connection asks them again."""
     manager = _sentinels(sentinel, options["socket_timeout"])
-    master: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+    master: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         sentinel.service, **_sentinel_target(url), **options)
     return master
 
 
 def _sentinel_target(url: str) -> dict[str, Any]:
     """What the URL says besides where: credentials, database, TLS and its options."""
-    target: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+    target: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call, unused-ignore]
     if "path" in target:
         raise ConfigError(f"a Unix socket URL ({redact_url(url)}) cannot go with [redis] "
                           "sentinels: the sentinels say where the master is")
@@ -210,7 +210,7 @@ class _SentinelSSLConnection(_SentinelConnection, SSLConnection):
 
 
 def _sentinels(sentinel: RedisConfig, timeout_s: float) -> Sentinel:
-    return Sentinel(  # type: ignore[no-untyped-call]
+    return Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         sentinel.sentinel_addresses(), sentinel_kwargs=_sentinel_options(sentinel, timeout_s))
 
 
@@ -233,78 +233,155 @@ def translated(url: str, action: str) -> Iterator[None]:
         raise BrokerError(f"{action} failed at {redact_url(url)}: {exc}") from exc
 
 
+Position = tuple[int, int]
+"""Where an entry stands in what its sender writes to, comparable within one inbox: a
+stream entry id as (milliseconds, sequence) for the admin's stream, (ordinal, 0) for an
+agent's or worker's queue (see :data:`memq.names.INBOX_QUEUES`)."""
+
+
+def queue_item(raw: bytes, sender: str | None = None) -> bytes:
+    """One queue item: the sender id, a newline, the wire event (which, compact JSON, holds
+    no newline of its own); the relay splits it into the entry's fields."""
+    return (sender or "").encode() + b"\n" + raw
+
+
+def add_to_inbox(pipe: Any, stream: str, raws: Sequence[bytes], sender: str | None = None
+                 ) -> None:
+    """Queue the commands that send ``raws`` to ``stream``'s inbox on ``pipe``: one RPUSH to
+    its queue where it has one (agents, workers), else one XADD each (admin)."""
+    queue = names.INBOX_QUEUES.get(stream)
+    if queue is not None:
+        pipe.rpush(queue, *(queue_item(raw, sender) for raw in raws))
+        return
+    for raw in raws:
+        pipe.xadd(stream, inbox_fields(raw, sender))
+
+
 def send_to_inbox(
     connection: redis.Redis, raws: Sequence[bytes], stream: str = names.INBOX_STREAM,
     sender: str | None = None, *, replicas: int = 0, wait_timeout_s: float = 1.0,
-) -> list[bytes]:
-    """XADD wire events to an inbox stream in one round trip; returns their entry ids.
+) -> list[Position]:
+    """Send wire events to an inbox in one round trip; returns their positions.
 
     ``sender`` (see :mod:`memq.rejections`) is where the writer reports those it rejects.
-    With ``replicas``, WAIT in the same round trip (same connection) until that many
-    replicas have the entries, or raise :class:`NotReplicated` after ``wait_timeout_s``.
-    A fresh pipeline per call, so a retry never resends a failed one's half-sent commands.
+    With ``replicas``, WAIT on the same connection until that many replicas have the
+    entries, or raise :class:`NotReplicated` after ``wait_timeout_s``. A fresh pipeline
+    per call, so a retry never resends a failed one's half-sent commands.
     """
-    pipe = connection.pipeline(transaction=False)
-    for raw in raws:
-        pipe.xadd(stream, inbox_fields(raw, sender))
-    if replicas:
-        pipe.execute_command(  # type: ignore[no-untyped-call]
-            "WAIT", replicas, max(1, round(wait_timeout_s * 1000)))
-    return _entry_ids(list(pipe.execute()), len(raws), replicas, wait_timeout_s)
+    # WAIT covers the writes of its own connection: one connection for both.
+    single = connection.client() if replicas else connection  # type: ignore[no-untyped-call, unused-ignore]
+    try:
+        pipe = single.pipeline(transaction=stream in names.INBOX_QUEUES)
+        _push(pipe, stream, raws, sender)
+        positions = _positions(stream, list(pipe.execute()), len(raws))
+        if replicas:
+            _confirm(int(single.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
+                "WAIT", replicas, max(1, round(wait_timeout_s * 1000)))),
+                len(raws), replicas, wait_timeout_s)
+        return positions
+    finally:
+        if replicas:
+            single.close()
 
 
 async def send_to_inbox_async(
     connection: redis.asyncio.Redis, raws: Sequence[bytes], stream: str, sender: str, *,
     replicas: int = 0, wait_timeout_s: float = 1.0,
-) -> list[bytes]:
+) -> list[Position]:
     """:func:`send_to_inbox` for asyncio."""
-    pipe = connection.pipeline(transaction=False)
-    for raw in raws:
-        pipe.xadd(stream, inbox_fields(raw, sender))
-    if replicas:
-        pipe.execute_command("WAIT", replicas, max(1, round(wait_timeout_s * 1000)))
-    return _entry_ids(list(await pipe.execute()), len(raws), replicas, wait_timeout_s)
+    single = connection.client() if replicas else connection
+    try:
+        pipe = single.pipeline(transaction=stream in names.INBOX_QUEUES)
+        _push(pipe, stream, raws, sender)
+        positions = _positions(stream, list(await pipe.execute()), len(raws))
+        if replicas:
+            _confirm(int(await single.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
+                "WAIT", replicas, max(1, round(wait_timeout_s * 1000)))),
+                len(raws), replicas, wait_timeout_s)
+        return positions
+    finally:
+        if replicas:
+            await single.aclose()
 
 
-def _entry_ids(replies: list[Any], sent: int, replicas: int, wait_timeout_s: float
-               ) -> list[bytes]:
-    """The XADD replies; :class:`NotReplicated` if the WAIT after them fell short."""
-    if replicas and (confirmed := int(replies.pop())) < replicas:
+def _push(pipe: Any, stream: str, raws: Sequence[bytes], sender: str | None) -> None:
+    """A queue's push reads, in the same MULTI, how many items the relay has moved: the
+    items ahead of the pushed ones are exactly the list's other ones."""
+    if stream in names.INBOX_QUEUES:
+        pipe.get(names.RELAYED_KEYS[stream])
+    add_to_inbox(pipe, stream, raws, sender)
+
+
+def _positions(stream: str, replies: list[Any], sent: int) -> list[Position]:
+    if stream not in names.INBOX_QUEUES:
+        return [stream_position(reply) for reply in replies]
+    relayed, length = int(replies[0] or 0), int(replies[1])
+    first = relayed + length - sent + 1
+    return [(first + i, 0) for i in range(sent)]
+
+
+def _confirm(confirmed: int, sent: int, replicas: int, wait_timeout_s: float) -> None:
+    """:class:`NotReplicated` if the WAIT after a send fell short."""
+    if confirmed < replicas:
         raise NotReplicated(
             f"{sent} inbox entries reached the Redis master but only {confirmed} of "
             f"{replicas} replicas confirmed them within {wait_timeout_s:g} s: a failover "
             "now could lose them ([client] wait_replicas)")
-    return replies
 
 
-def inbox_marks(connection: redis.Redis) -> dict[str, tuple[int, int]]:
-    """Per inbox stream, the id of the last entry ever added to it (absent: none yet)."""
-    pipe = connection.pipeline(transaction=False)
+def inbox_marks(connection: redis.Redis) -> dict[str, Position]:
+    """Per inbox stream, the id of the last entry ever added to it, and per queue, the
+    ordinal of the last item ever pushed (absent: none yet); read in one MULTI, so an item
+    the relay moves meanwhile is counted once."""
+    pipe = connection.pipeline(transaction=True)
     for stream in names.INBOX_STREAMS:
-        pipe.xinfo_stream(stream)
+        pipe.exists(stream)
+    for stream in names.INBOX_QUEUES:
+        pipe.get(names.RELAYED_KEYS[stream])
+        pipe.llen(names.INBOX_QUEUES[stream])
+    replies = pipe.execute()
+    marks: dict[str, Position | None] = dict(_queue_marks(replies[len(names.INBOX_STREAMS):]))
+    present = [s for s, n in zip(names.INBOX_STREAMS, replies, strict=False) if n]
+    if present:
+        pipe = connection.pipeline(transaction=False)
+        for stream in present:
+            pipe.xinfo_stream(stream)
+        for stream, info in zip(present, pipe.execute(), strict=True):
+            mark = stream_position(info["last-generated-id"])
+            marks[stream] = mark if plausible(mark) else _plausible_top(connection, stream)
+    return {name: mark for name, mark in marks.items() if mark is not None}
+
+
+def _plausible_top(connection: redis.Redis, stream: str) -> Position | None:
+    """The last entry of a stream whose last id a sender chose: the writer sets such ids
+    aside and never commits them, so waiting for one would never end."""
+    limit = int(time.time() * 1000) + FUTURE_TOLERANCE_MS
+    top: Any = connection.xrevrange(stream, max=f"{limit}-{MAX_ID_PART}", count=1)
+    return stream_position(top[0][0]) if top else None
+
+
+def _queue_marks(replies: list[Any]) -> dict[str, Position]:
     marks = {}
-    for stream, info in zip(names.INBOX_STREAMS, pipe.execute(raise_on_error=False),
-                            strict=True):
-        if isinstance(info, redis.exceptions.ResponseError):
-            if "no such key" in str(info).lower():
-                continue
-            raise info
-        marks[stream] = stream_position(info["last-generated-id"])
+    for i, queue in enumerate(names.INBOX_QUEUES.values()):
+        relayed, length = int(replies[2 * i] or 0), int(replies[2 * i + 1])
+        if relayed + length:
+            marks[queue] = (relayed + length, 0)
     return marks
 
 
-def committed_marks(connection: redis.Redis) -> dict[str, tuple[int, int]]:
-    """Per inbox stream, the id of the last entry the writer committed (absent: none yet)."""
-    keys = [names.COMMITTED_KEYS[stream] for stream in names.INBOX_STREAMS]
-    values = connection.mget(keys)
-    return {stream: stream_position(value)
-            for stream, value in zip(names.INBOX_STREAMS, values, strict=True)
-            if value is not None}
+def committed_marks(connection: redis.Redis) -> dict[str, Position]:
+    """Per inbox stream, the id of the last entry the writer committed, and per queue, the
+    ordinal of its last item the writer committed (absent: none yet)."""
+    keys = {**{stream: names.COMMITTED_KEYS[stream] for stream in names.INBOX_STREAMS},
+            **{names.INBOX_QUEUES[s]: names.COMMITTED_ORDINAL_KEYS[s] for s in names.INBOX_QUEUES}}
+    values = connection.mget(list(keys.values()))
+    return {name: stream_position(value)
+            for name, value in zip(keys, values, strict=True) if value is not None}
 
 
-def caught_up(committed: dict[str, tuple[int, int]], marks: dict[str, tuple[int, int]]) -> bool:
-    """Has the writer committed every entry up to ``marks``, in every stream?"""
-    return all(committed.get(stream, (0, 0)) >= mark for stream, mark in marks.items())
+def caught_up(committed: dict[str, Position], marks: dict[str, Position]) -> bool:
+    """Has the writer committed everything up to ``marks``, in every stream and queue?"""
+    return all(committed.get(name, (0, 0)) >= mark for name, mark in marks.items())
 
 
 def inbox_fields(raw: bytes, sender: str | None = None) -> dict[Any, Any]:
@@ -312,6 +389,29 @@ def inbox_fields(raw: bytes, sender: str | None = None) -> dict[Any, Any]:
     if sender is None:
         return {names.EVENT_FIELD: raw}
     return {names.EVENT_FIELD: raw, names.SENDER_FIELD: sender}
+
+
+MAX_ID_PART = 2**63 - 1
+"""The largest milliseconds or sequence part of a stream id memq records (SQLite's largest
+integer). Redis takes up to 2^64 - 1 in each part from a sender that names the id."""
+
+
+FUTURE_TOLERANCE_MS = 24 * 3600 * 1000
+"""How far ahead of the writer's clock a stream id may be: Redis makes ids from its own
+clock, which may run ahead a little; a day ahead, only a sender that chose the id put it
+there, and every id Redis made after it would follow it there."""
+
+
+def in_range(position: Position) -> bool:
+    """Whether both parts of a stream id fit a SQLite integer (see :data:`MAX_ID_PART`)."""
+    return 0 <= position[0] <= MAX_ID_PART and 0 <= position[1] <= MAX_ID_PART
+
+
+def plausible(position: Position, now_ms: int | None = None) -> bool:
+    """Whether Redis could have made this id itself: in range, and not from the future
+    (see :data:`FUTURE_TOLERANCE_MS`)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return in_range(position) and position[0] <= now_ms + FUTURE_TOLERANCE_MS
 
 
 def stream_position(stream_id: bytes | str) -> tuple[int, int]:

@@ -15,6 +15,27 @@ INBOX_STREAMS = (INBOX_STREAM, WORKER_INBOX_STREAM, ADMIN_INBOX_STREAM)
 """Every event travels through one of these to the writer; which one says who sent it
 (:mod:`memq.authority` decides what each may carry)."""
 
+INBOX_QUEUES = {
+    INBOX_STREAM: "memq:queue:agent",
+    WORKER_INBOX_STREAM: "memq:queue:worker",
+}
+"""Where agents and workers send: a list each, which the writer alone moves into its inbox
+stream. Their Redis users may RPUSH there and XADD to no stream the writer reads, so no
+sender chooses a stream entry's id (an explicit id can overflow a position or exhaust a
+stream for everyone); the writer's relay (store/write/relay.py) adds each item with ``*``."""
+
+RELAYED_KEYS = {stream: f"{queue}:relayed" for stream, queue in INBOX_QUEUES.items()}
+"""Per queue, how many items the relay has ever moved: with the list's length, read in the
+same MULTI as a push, it tells a client each pushed item's ordinal (1, 2, ...)."""
+
+COMMITTED_ORDINAL_KEYS = {
+    stream: f"{queue}:committed" for stream, queue in INBOX_QUEUES.items()}
+"""Per queue, the ordinal of the last item the writer committed; a client's ``flush``
+waits on it as an admin's waits on the stream's :data:`COMMITTED_KEYS`."""
+
+ORDINAL_FIELD = b"ordinal"
+"""Set by the relay on each entry it moves from a queue: the item's ordinal."""
+
 WRITER_GROUP = "memq-writer"
 """The consumer group of the single writer; entries stay pending until committed."""
 
@@ -31,7 +52,7 @@ SENDER_FIELD = b"sender"
 """Set by a client on each entry it sends: its sender id (:mod:`memq.rejections`), under
 which the writer reports the entries it rejects, so the client's ``flush`` can raise them."""
 
-INBOX_FIELDS = frozenset({EVENT_FIELD, REPLAY_FIELD, SENDER_FIELD})
+INBOX_FIELDS = frozenset({EVENT_FIELD, REPLAY_FIELD, SENDER_FIELD, ORDINAL_FIELD})
 """Every field an inbox entry may carry; an entry with another is set aside."""
 
 COMMITTED_KEY = "memq:committed"

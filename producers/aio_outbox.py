@@ -16,10 +16,9 @@ from typing import Any, TypeVar
 
 import redis.asyncio
 
-from memq import acl, names
+from memq import acl
 from memq.authority import STREAM_OF_ROLE, Role
 from memq.broker import (
-    inbox_fields,
     retrying_async,
     send_to_inbox_async,
     stream_position,
@@ -29,14 +28,14 @@ from memq.config import ClientConfig, LimitsConfig
 from memq.errors import BrokerError
 from memq.events import Event
 from memq.producers.ops import Request, Sleep, drive_async
-from memq.producers.outbox import OutboxState, Position, Ticket
+from memq.producers.outbox import OutboxState, Position, Ticket, commit_key
 from memq.rejections import Rejection
 
 T = TypeVar("T")
 
 
 class AsyncOutbox(OutboxState):
-    """XADDs events through redis.asyncio; ``flush`` waits with ``asyncio.sleep``."""
+    """Sends events through redis.asyncio; ``flush`` waits with ``asyncio.sleep``."""
 
     def __init__(
         self, broker: redis.asyncio.Redis, url: str, *,
@@ -61,7 +60,7 @@ class AsyncOutbox(OutboxState):
     async def send(self, event: Event) -> Ticket:
         """Send ``event`` (or buffer it, inside :meth:`batched`); its ticket says where.
 
-        Alone, an event goes in one XADD. Events sent while others are on their way (many
+        Alone, an event goes in one round trip. Events sent while others are on their way (many
         tasks appending at once) wait for the next round trip and share one pipeline:
         concurrency costs round trips no more than ``batched`` does.
         """
@@ -75,16 +74,12 @@ class AsyncOutbox(OutboxState):
         self._in_flight += 1
         try:
             stream = STREAM_OF_ROLE[await self.resolve_role("sending an event")]
-            stream_id: bytes | str
-            if self.wait_replicas:
-                [stream_id] = await self._retrying("sending an event",
-                                                   lambda: self._send([raw], stream))
-            else:  # one XADD, no pipeline: the common case, at its lowest cost
-                stream_id = await self._retrying("sending an event", lambda: self.redis.xadd(
-                    stream, inbox_fields(raw, self.sender)))
+            [position] = await self._retrying("sending an event",
+                                              lambda: self._send([raw], stream))
         finally:
             self._in_flight -= 1
-        ticket.position = self._remember(stream_id)
+        ticket.position = position
+        self.expect(position)
         return ticket
 
     async def _ride(self, raw: bytes, ticket: Ticket) -> Ticket:
@@ -131,7 +126,7 @@ class AsyncOutbox(OutboxState):
         async with self.batched():
             return [await self.send(event) for event in events]
 
-    def _send(self, raws: list[bytes], stream: str) -> Awaitable[list[bytes]]:
+    def _send(self, raws: list[bytes], stream: str) -> Awaitable[list[Position]]:
         return send_to_inbox_async(self.redis, raws, stream, self.sender,
                                    replicas=self.wait_replicas,
                                    wait_timeout_s=self.wait_timeout_s)
@@ -190,7 +185,7 @@ class AsyncOutbox(OutboxState):
         stream = STREAM_OF_ROLE[await self.resolve_role("reading the commit position")]
         with translated(self.url, "reading the commit position"):
             pipe = self.redis.pipeline(transaction=False)
-            pipe.get(names.COMMITTED_KEYS[stream])
+            pipe.get(commit_key(stream))
             pipe.xrange(key, min=start)
             value, entries = await pipe.execute()
         return self._polled(value, entries)
@@ -199,7 +194,7 @@ class AsyncOutbox(OutboxState):
         """The writer's commit position in this client's inbox (None: nothing yet)."""
         stream = STREAM_OF_ROLE[await self.resolve_role("reading the commit position")]
         with translated(self.url, "reading the commit position"):
-            value = await self.redis.get(names.COMMITTED_KEYS[stream])
+            value = await self.redis.get(commit_key(stream))
         return None if value is None else stream_position(value)
 
 

@@ -27,12 +27,14 @@ from memq import acl, names
 from memq.authority import STREAM_OF_ROLE, Role
 from memq.broker import (
     MAX_RETRY_DELAY_S,
-    inbox_fields,
     is_transient,
     retrying,
     send_to_inbox,
     stream_position,
     translated,
+)
+from memq.broker import (
+    Position as Position,  # re-exported: where the clients find it
 )
 from memq.config import ClientConfig, LimitsConfig
 from memq.errors import BrokerError, EventsRejected, FlushTimeout, ValidationError
@@ -46,8 +48,6 @@ PIPELINE_SIZE = 500
 
 T = TypeVar("T")
 
-Position = tuple[int, int]
-"""A stream entry id as a comparable pair (see :func:`memq.broker.stream_position`)."""
 
 
 @dataclass
@@ -144,19 +144,14 @@ class OutboxState:
             ticket.failed = True
         self._tickets = []
 
-    def _placed(self, tickets: list[Ticket], ids: list[bytes]) -> None:
+    def _placed(self, tickets: list[Ticket], positions: list[Position]) -> None:
         """Record where a pipeline's events went."""
-        for ticket, stream_id in zip(tickets, ids, strict=True):
-            ticket.position = stream_position(stream_id)
-        self._remember(ids[-1])
+        for ticket, position in zip(tickets, positions, strict=True):
+            ticket.position = position
+        self.expect(positions[-1])
 
     def _count_retry(self) -> None:
         self.retried += 1
-
-    def _remember(self, stream_id: bytes | str) -> Position:
-        position = stream_position(stream_id)
-        self.expect(position)
-        return position
 
     def expect(self, position: Position) -> None:
         """Have the next :meth:`flush` wait for ``position`` of this outbox's stream too:
@@ -225,7 +220,7 @@ class OutboxState:
 
 
 class Outbox(OutboxState):
-    """XADDs events to its role's inbox stream and remembers the last one, for :meth:`flush`."""
+    """Sends events to its role's inbox and remembers the last one, for :meth:`flush`."""
 
     def __init__(
         self, broker: redis.Redis, url: str, *, retry_for_s: float = ClientConfig.retry_for_s,
@@ -260,13 +255,9 @@ class Outbox(OutboxState):
                 self._drain()
             return ticket
         stream = STREAM_OF_ROLE[self.resolve_role("sending an event")]
-        stream_id: bytes | str
-        if self.wait_replicas:
-            [stream_id] = self._retrying("sending an event", lambda: self._send([raw], stream))
-        else:  # one XADD, no pipeline: the common case, at its lowest cost
-            stream_id = self._retrying("sending an event", lambda: self.redis.xadd(
-                stream, inbox_fields(raw, self.sender)))
-        ticket.position = self._remember(stream_id)
+        [position] = self._retrying("sending an event", lambda: self._send([raw], stream))
+        ticket.position = position
+        self.expect(position)
         return ticket
 
     def send_many(self, events: Sequence[Event]) -> list[Ticket]:
@@ -274,7 +265,7 @@ class Outbox(OutboxState):
         with self.batched():
             return [self.send(event) for event in events]
 
-    def _send(self, raws: list[bytes], stream: str) -> list[bytes]:
+    def _send(self, raws: list[bytes], stream: str) -> list[Position]:
         return send_to_inbox(self.redis, raws, stream, self.sender,
                              replicas=self.wait_replicas, wait_timeout_s=self.wait_timeout_s)
 
@@ -333,16 +324,24 @@ class Outbox(OutboxState):
         key, start = self._rejections_since()
         with translated(self.url, "reading the commit position"):
             pipe = self.redis.pipeline(transaction=False)
-            pipe.get(names.COMMITTED_KEYS[self.stream])
+            pipe.get(commit_key(self.stream))
             pipe.xrange(key, min=start)
             value, entries = pipe.execute()
         return self._polled(value, entries)
 
     def committed(self) -> Position | None:
-        key = names.COMMITTED_KEYS[self.stream]
+        key = commit_key(self.stream)
         with translated(self.url, "reading the commit position"):
             value = self.redis.get(key)
         return None if value is None else stream_position(value)
+
+
+def commit_key(stream: str) -> str:
+    """The key holding how far the writer has committed what a role sends to ``stream``:
+    its queue's committed ordinal, or the stream's committed entry id (admin)."""
+    if stream in names.INBOX_QUEUES:
+        return names.COMMITTED_ORDINAL_KEYS[stream]
+    return names.COMMITTED_KEYS[stream]
 
 
 def _fmt(position: Position | None) -> str:

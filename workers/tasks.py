@@ -180,7 +180,7 @@ def _record(context: WorkerContext, marker: str, delivery: dict[str, Any],
             pipe.set(marker, delivery["fired_at"], ex=FIRED_MARKER_TTL_S)
             maxlen = context.config.scheduler.agent_inbox_maxlen or None
             pipe.xadd(names.AGENT_INBOX_STREAM, fields, maxlen=maxlen, approximate=True)
-            pipe.xadd(stream, {names.EVENT_FIELD: encode(event)})
+            broker.add_to_inbox(pipe, stream, [encode(event)])
             pipe.execute()
         except redis.WatchError:
             return False  # another copy of this job delivered the slot first

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from memq import acl, authority, broker, names
+from memq import acl, authority, broker
 from memq.cli.common import add_store_options, load_config, non_negative_seconds, number_in
 from memq.events import MAX_MIN_AGE_HOURS
 
@@ -45,7 +45,7 @@ def run_consolidate(args: argparse.Namespace) -> int:
     with broker.translated(config.redis_url, "sending the consolidation request"):
         role = acl.role_of(connection)
         authority.check(role, event.type, event.payload)
-        connection.xadd(authority.STREAM_OF_ROLE[role], {names.EVENT_FIELD: event.to_json()})
+        broker.send_to_inbox(connection, [event.to_json()], authority.STREAM_OF_ROLE[role])
     scope = f"session {args.session}" if args.session else "every session"
     age = ("the writer's [consolidation] min_age_hours" if args.min_age_hours is None
            else f"{args.min_age_hours:g} h")

@@ -30,6 +30,7 @@ import orjson
 
 from memq import authority, names
 from memq.authority import ROLE_OF_STREAM, Role
+from memq.broker import MAX_ID_PART, in_range, plausible, stream_position
 from memq.config import LimitsConfig
 from memq.errors import InvalidEvent
 from memq.events import Event, decode
@@ -130,7 +131,8 @@ def _decode(
                        f"event is {len(raw)} bytes, over the {limits.max_payload_bytes} limit "
                        f"(only its first {kept} bytes are kept)", sender)
     try:
-        problem = replay_problem or sender_problem or _stream_problem(fields)
+        problem = (_id_problem(stream_id) or replay_problem or sender_problem
+                   or _stream_problem(fields))
         if problem is not None:
             return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
         event = decode(raw, limits)
@@ -166,6 +168,20 @@ def _sender(fields: dict[bytes, bytes]) -> tuple[str | None, str | None]:
     if SENDER.fullmatch(value.decode("ascii", errors="replace")):
         return value.decode("ascii"), None
     return None, f"sender must be 32 lowercase hex digits, got {value!r:.50}"
+
+
+def _id_problem(stream_id: str) -> str | None:
+    """An entry whose id Redis could not have made: only a sender that chose the id can
+    have put it there (the admin's stream, or a stream from before the relay), or Redis
+    made it after such an id. Set aside, so the stream's ids can be brought back."""
+    position = stream_position(stream_id)
+    if plausible(position):
+        return None
+    if not in_range(position):
+        return (f"stream entry id {stream_id:.45} is beyond {MAX_ID_PART} in a part "
+                "(an id chosen by its sender); replay it to send it again")
+    return (f"stream entry id {stream_id:.45} is more than a day ahead of the writer's "
+            "clock (an id chosen by its sender); replay it to send it again")
 
 
 def _stream_problem(fields: dict[bytes, bytes]) -> str | None:

@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from memq import metrics, names
-from memq.broker import TRANSIENT, stream_position
+from memq.broker import TRANSIENT, plausible, stream_position
 from memq.clock import now_rfc3339
 from memq.config import Config
 from memq.logs import log
@@ -135,13 +135,18 @@ class Inbox:
         moved = {}
         for stream, stream_ids in ids.items():
             pipe.xack(stream, names.WRITER_GROUP, *stream_ids)
-            if not self.retention_ms:
-                pipe.xdel(stream, *stream_ids)
-            last = max(stream_position(i) for i in stream_ids)
+            kept = [i for i in stream_ids if plausible(stream_position(i))]
+            if not self.retention_ms or len(kept) < len(stream_ids):
+                # An id Redis could not have made goes now, whatever the retention: until
+                # it does, the stream's last id cannot be brought back (see repair_ids).
+                pipe.xdel(stream, *(stream_ids if not self.retention_ms
+                                    else set(stream_ids) - set(kept)))
+            last = max((stream_position(i) for i in kept), default=(0, 0))
             if last > self._committed.get(stream, (0, 0)):
                 # Entries reclaimed late are older than what is committed: no step back.
                 pipe.set(names.COMMITTED_KEYS[stream], f"{last[0]}-{last[1]}")
                 moved[stream] = last
+        _move_ordinals(pipe, entries)
         for sender, rejection in reports:
             key = names.rejections_key(sender)
             fields: dict[Any, Any] = rejection.to_fields()  # (redis' own type is invariant)
@@ -153,6 +158,33 @@ class Inbox:
             metrics.record_batch(pipe, figures)
         pipe.execute()
         self._committed.update(moved)
+
+    def repair_ids(self) -> list[str]:
+        """Bring back a stream whose last id Redis could not have made (an id a sender
+        chose, from before the relay or on the admin's stream), once its entries with such
+        ids are set aside and deleted: without this, an id at the top of the id space leaves
+        every later XADD refused, and one in the future drags every later id there. The
+        stream's last id, and the writer group's, go back to its top entry (or 0-0).
+        Returns the streams repaired."""
+        repaired = []
+        for stream in STREAMS:
+            try:
+                info: Any = self.redis.xinfo_stream(stream)
+            except redis.exceptions.ResponseError:
+                continue  # no such stream
+            if plausible(stream_position(info["last-generated-id"])):
+                continue
+            top: Any = self.redis.xrevrange(stream, count=1)
+            base = _text(top[0][0]) if top else "0-0"
+            if not plausible(stream_position(base)):
+                continue  # not all set aside yet: the next pass
+            self.redis.execute_command(  # type: ignore[no-untyped-call]
+                "XSETID", stream, base, "MAXDELETEDID", base)
+            self.redis.xgroup_setid(stream, names.WRITER_GROUP, base)
+            log(logger, "stream ids brought back into range", logging.WARNING,
+                stream=stream, last_id=base)
+            repaired.append(stream)
+        return repaired
 
     def trim(self) -> None:
         """Drop acknowledged entries older than the retention window (with a replica).
@@ -214,6 +246,27 @@ class Inbox:
         values = self.redis.mget([names.COMMITTED_KEYS[s] for s in STREAMS])
         self._committed = {s: stream_position(v) for s, v in zip(STREAMS, values, strict=True)
                            if v is not None}
+
+
+def _move_ordinals(pipe: Any, entries: list[Entry]) -> None:
+    """Set each queue's committed ordinal to the largest its relayed entries carry. A MAX in
+    Lua, not a SET: a batch of reclaimed entries must not move it back."""
+    last: dict[str, int] = {}
+    for entry in entries:
+        if entry.stream not in names.INBOX_QUEUES:
+            continue
+        value = (entry.fields or {}).get(names.ORDINAL_FIELD, b"")
+        if value.isdigit() and len(value) <= 18:
+            last[entry.stream] = max(last.get(entry.stream, 0), int(value))
+    for stream, ordinal in last.items():
+        pipe.eval(_RAISE_TO, 1, names.COMMITTED_ORDINAL_KEYS[stream], f"{ordinal}-0")
+
+
+_RAISE_TO = """
+local old = tonumber(string.match(redis.call('GET', KEYS[1]) or '0-0', '^(%d+)') or '0')
+local new = tonumber(string.match(ARGV[1], '^(%d+)'))
+if new > old then redis.call('SET', KEYS[1], ARGV[1]) end
+"""
 
 
 def _in_order(entries: list[Entry]) -> list[Entry]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import apsw
 
-from memq.broker import stream_position
+from memq.broker import in_range, stream_position
 
 Position = tuple[int, int]
 """A stream entry id as (milliseconds, sequence): comparable, unlike its text."""
@@ -21,11 +21,12 @@ Position = tuple[int, int]
 
 def record(cur: apsw.Cursor, stream_ids: Iterable[tuple[str, str]]) -> None:
     """Move each stream's position to the largest of ``(stream, entry id)`` given; a
-    position never moves back (entries reclaimed late are older than what is recorded)."""
+    position never moves back (entries reclaimed late are older than what is recorded).
+    An id too large to record was set aside with its entry, and moves nothing."""
     last: dict[str, Position] = {}
     for stream, entry_id in stream_ids:
         position = stream_position(entry_id)
-        if position > last.get(stream, (0, 0)):
+        if in_range(position) and position > last.get(stream, (0, 0)):
             last[stream] = position
     cur.executemany(
         """INSERT INTO inbox_positions (stream, ms, seq) VALUES (?, ?, ?)

@@ -34,8 +34,8 @@ from typing import TypeVar
 import apsw
 import redis
 
-from memq import identity, metrics
-from memq.broker import TRANSIENT, stream_position
+from memq import identity, metrics, names
+from memq.broker import TRANSIENT, plausible, stream_position
 from memq.clock import now_rfc3339
 from memq.config import Config
 from memq.errors import StoreError, WriterFailed
@@ -50,6 +50,7 @@ from memq.store.write.background import Background
 from memq.store.write.batch import BatchResult, Entry
 from memq.store.write.inbox import Inbox, Prefetcher
 from memq.store.write.lock import WriterLock
+from memq.store.write.relay import Relay, relay_all
 
 logger = logging.getLogger("memq.writer")
 
@@ -114,10 +115,14 @@ class Writer:
             self.catch_up(stop)
             self.reconcile()
             self._drain_pending(stop)
+            self._retry(self.inbox.repair_ids, stop)
         except Stopped:
             return
+        wait_s = self.config.writer.block_ms / 1000
+        relays = [Relay(self.redis, stream, stop, wait_s) for stream in names.INBOX_QUEUES]
         prefetcher = Prefetcher(self.inbox, self.config, stop)
-        prefetcher.start()
+        for thread in (*relays, prefetcher):
+            thread.start()
         next_reconcile = time.monotonic() + self.config.writer.reconcile_interval_s
         next_beat = 0.0
         try:
@@ -130,6 +135,7 @@ class Writer:
                 if time.monotonic() >= next_beat:
                     self._retry(self._heartbeat, stop)
                     self._retry(self.inbox.trim, stop)
+                    self._retry(self.inbox.repair_ids, stop)
                     next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
                 if time.monotonic() >= next_reconcile:
                     self.reconcile()
@@ -141,7 +147,8 @@ class Writer:
             raise
         finally:
             stop.set()
-            prefetcher.join()
+            for thread in (*relays, prefetcher):
+                thread.join()
 
     def bind_database(self) -> None:
         """Claim the Redis keyspace for this database; :class:`DatabaseMismatch` if it
@@ -237,6 +244,7 @@ class Writer:
     def step(self) -> BatchResult:
         """Read one batch (pending first), commit it and let its follow-ups finish; for tests
         and tools, not the loop."""
+        relay_all(self.redis)
         entries = self.inbox.read_pending() or self.inbox.read_new()
         if not entries:
             return BatchResult()
@@ -256,6 +264,8 @@ class Writer:
         figures = metrics.BatchFigures(result.applied, result.duplicates, result.rejected,
                                        apply_s, lag_ms / 1000, time.time(), result.types)
         self._retry(lambda: self.inbox.acknowledge(entries, figures, result.reports), stop)
+        if not all(plausible(stream_position(entry.id)) for entry in entries):
+            self._retry(self.inbox.repair_ids, stop)
         for hook in self.after_commit:
             self._retry(functools.partial(_follow_up, hook, result.effects), stop)
         log_routine(logger, "batch committed", size=result.size, applied=result.applied,

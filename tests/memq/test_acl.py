@@ -24,9 +24,29 @@ AGENT, WORKER, ADMIN = Role.AGENT, Role.WORKER, Role.ADMIN
 
 # (command, agent may, worker may): checked with ACL DRYRUN against the rules as applied.
 RIGHTS: list[tuple[tuple[str, ...], bool, bool]] = [
-    (("XADD", names.INBOX_STREAM, "*", "event", "{}"), True, False),
-    (("XADD", names.WORKER_INBOX_STREAM, "*", "event", "{}"), False, True),
+    # No sender but the admin may XADD to a stream the writer reads: it would choose the
+    # entry's id. Agents and workers RPUSH to their queue, in a MULTI that reads its count.
+    (("XADD", names.INBOX_STREAM, "*", "event", "{}"), False, False),
+    (("XADD", names.INBOX_STREAM, "99-1", "event", "{}"), False, False),
+    (("XADD", names.WORKER_INBOX_STREAM, "*", "event", "{}"), False, False),
     (("XADD", names.ADMIN_INBOX_STREAM, "*", "event", "{}"), False, False),
+    (("RPUSH", names.INBOX_QUEUES[names.INBOX_STREAM], "x"), True, False),
+    (("RPUSH", names.INBOX_QUEUES[names.WORKER_INBOX_STREAM], "x"), False, True),
+    (("LPUSH", names.INBOX_QUEUES[names.INBOX_STREAM], "x"), False, False),
+    (("LINSERT", names.INBOX_QUEUES[names.INBOX_STREAM], "BEFORE", "a", "x"), False, False),
+    (("LSET", names.INBOX_QUEUES[names.INBOX_STREAM], "0", "x"), False, False),
+    (("LRANGE", names.INBOX_QUEUES[names.INBOX_STREAM], "0", "-1"), False, False),
+    (("LPOP", names.INBOX_QUEUES[names.INBOX_STREAM]), False, False),
+    (("DEL", names.INBOX_QUEUES[names.INBOX_STREAM]), False, False),
+    (("GET", names.RELAYED_KEYS[names.INBOX_STREAM]), True, False),
+    (("SET", names.RELAYED_KEYS[names.INBOX_STREAM], "0"), False, False),
+    (("INCR", names.RELAYED_KEYS[names.WORKER_INBOX_STREAM]), False, False),
+    (("GET", names.COMMITTED_ORDINAL_KEYS[names.INBOX_STREAM]), True, False),
+    (("SET", names.COMMITTED_ORDINAL_KEYS[names.INBOX_STREAM], "9-0"), False, False),
+    (("GET", names.COMMITTED_ORDINAL_KEYS[names.WORKER_INBOX_STREAM]), False, True),
+    (("MULTI",), True, True),
+    (("EVAL", "return 1", "0"), False, True),  # RQ's scripts, with the worker's rights
+    (("FCALL", "f", "1", names.INBOX_STREAM), False, False),
     (("XADD", names.AGENT_INBOX_STREAM, "*", "prompt", "x"), False, True),
     (("XRANGE", names.INBOX_STREAM, "-", "+"), False, False),
     (("WAIT", "1", "100"), True, True),  # [client] wait_replicas: its own writes only
@@ -36,9 +56,8 @@ RIGHTS: list[tuple[tuple[str, ...], bool, bool]] = [
     (("XGROUP", "DESTROY", names.AGENT_INBOX_STREAM, "g"), False, False),
     (("DEL", names.AGENT_INBOX_STREAM), False, False),
     (("XTRIM", names.AGENT_INBOX_STREAM, "MAXLEN", "0"), False, False),
-    (("GET", names.COMMITTED_KEY), True, False),
+    (("GET", names.COMMITTED_KEY), False, False),
     (("SET", names.COMMITTED_KEY, "9-9"), False, False),
-    (("GET", names.COMMITTED_KEYS[names.WORKER_INBOX_STREAM]), False, True),
     (("HSET", "rq:job:j1", "data", "x"), False, True),
     (("LPUSH", "rq:queue:memq-tasks", "j1"), False, True),
     (("EVALSHA", "0" * 40, "1", "rq:queue:memq-tasks"), False, True),

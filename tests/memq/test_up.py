@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memq import MemoryClient
+from memq import MemoryClient, broker
 from memq.authority import Role
 from memq.cli import command_names
 from memq.cli.up import PROCESSES, copies, embed_workers, selected
@@ -280,8 +280,8 @@ def test_up_enforces_the_roles(tmp_path: Path, ops_config: Path) -> None:
                     change(task_id)
             raw = agent.redis
             for forged in RAW_FORGERIES.values():
-                raw.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: forged})
-                for stream in (names.ADMIN_INBOX_STREAM, names.WORKER_INBOX_STREAM):
+                broker.send_to_inbox(raw, [forged], names.INBOX_STREAM)
+                for stream in names.INBOX_STREAMS:
                     with pytest.raises(redis.exceptions.NoPermissionError):
                         raw.xadd(stream, {names.EVENT_FIELD: forged})
             for command in (("HSET", f"rq:job:{names.TASK_JOB_PREFIX}x", "data", "x"),

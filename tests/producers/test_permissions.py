@@ -155,14 +155,14 @@ RAW_FORGERIES = {
 def test_raw_entries_with_agent_credentials(
     forgery: str, stream: str, agent: MemoryClient, config: Config
 ) -> None:
-    """On the agents' stream the writer rejects it; on the others Redis refuses it."""
+    """Through the agents' queue the writer rejects it; on any stream Redis refuses it."""
     raw = {names.EVENT_FIELD: RAW_FORGERIES[forgery]}
     connection = agent.redis
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        connection.xadd(stream, raw)
     if stream != names.INBOX_STREAM:
-        with pytest.raises(redis.exceptions.NoPermissionError):
-            connection.xadd(stream, raw)
         return
-    connection.xadd(stream, raw)
+    connection.rpush(names.INBOX_QUEUES[stream], broker.queue_item(RAW_FORGERIES[forgery]))
     wait_committed(redis.Redis.from_url(config.redis_url))
     conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
     [(reason,)] = conn.execute("SELECT reason FROM rejected_events").fetchall()
@@ -183,8 +183,8 @@ def test_raw_changes_to_a_trusted_task_with_agent_credentials(
 ) -> None:
     task_id = trusted_task(admin)
     before = admin.task(task_id)
-    agent.redis.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw_event(
-        change["type"], {"task_id": task_id, **change["payload"]})})
+    broker.send_to_inbox(agent.redis, [raw_event(
+        change["type"], {"task_id": task_id, **change["payload"]})], names.INBOX_STREAM)
     wait_committed(redis.Redis.from_url(config.redis_url))
     conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
     [(reason,)] = conn.execute("SELECT reason FROM rejected_events").fetchall()
@@ -264,8 +264,8 @@ def test_an_agent_cannot_change_a_task_from_the_configuration(
     for change in (agent.pause_task, agent.resume_task, agent.delete_task):
         with pytest.raises(PermissionDenied, match="of a task from the configuration"):
             change("cfg-backup")
-    agent.redis.xadd(names.INBOX_STREAM, {names.EVENT_FIELD: raw_event(
-        T.TASK_DELETED, {"task_id": "cfg-backup"})})
+    broker.send_to_inbox(agent.redis, [raw_event(
+        T.TASK_DELETED, {"task_id": "cfg-backup"})], names.INBOX_STREAM)
     wait_committed(redis.Redis.from_url(config.redis_url))
     assert agent.task("cfg-backup").source == "config"  # still there
 

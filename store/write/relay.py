@@ -1,0 +1,147 @@
+"""The relay: agents' and workers' queued items into the writer's inbox streams.
+
+Agents and workers do not write the streams the writer reads: a sender that may XADD
+chooses the entry's id, and one id can stop every sender (an id at the top of the id
+space exhausts the stream; one past 2^63 cannot be recorded). They RPUSH to their role's
+queue (:data:`memq.names.INBOX_QUEUES`), where an item has no id, and this relay, run by the
+writer, moves the items into the role's stream with ids Redis makes (``*``).
+
+One Lua script moves a run of items: each item becomes an entry (its sender and event
+split apart, its ordinal added), then the moved items leave the list and the relayed count
+grows by as many, all in one atomic step, so an item is in the list or in the stream,
+never both nor neither. An XADD Redis refuses ends the run there: the items from it on
+stay queued, and the relay says why and tries again later.
+
+A thread per queue waits on its list with a rotating BLMOVE (the first item put back
+where it was: nothing moves, but the call blocks until the list has items), so a push is
+relayed at once, not at the writer's next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+
+from memq import names
+from memq.broker import FUTURE_TOLERANCE_MS, TRANSIENT
+from memq.logs import log
+
+logger = logging.getLogger("memq.writer")
+
+RUN = 1000
+"""Items moved by one call of the script."""
+
+MAX_RETRY_DELAY_S = 1.0
+"""The longest wait between two tries after a failure: short, since the usual one (a
+stream waiting to be brought back) clears as soon as the writer's next batch commits."""
+
+SCRIPT = """
+local info = redis.pcall('XINFO', 'STREAM', KEYS[3])
+if type(info) == 'table' and not info.err then
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then
+      local ms, seq = string.match(info[i + 1], '^(%d+)-(%d+)$')
+      local now = redis.call('TIME')
+      local limit = tonumber(now[1]) * 1000 + tonumber(ARGV[2])
+      if tonumber(ms) > limit or tonumber(seq) >= 9.2e18 then
+        return {0, 'the stream holds an id chosen by its sender (' .. info[i + 1] ..
+                   '): items wait until the writer has set it aside'}
+      end
+    end
+  end
+end
+local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+local base = tonumber(redis.call('GET', KEYS[2]) or '0')
+local moved, failure = 0, ''
+for i, item in ipairs(items) do
+  local ordinal = string.format('%d', base + i)
+  local nl = string.find(item, '\\n', 1, true)
+  local reply
+  if nl == nil then
+    reply = redis.pcall('XADD', KEYS[3], '*', 'event', item, 'ordinal', ordinal)
+  elseif nl == 1 then
+    reply = redis.pcall('XADD', KEYS[3], '*', 'event', string.sub(item, 2),
+                        'ordinal', ordinal)
+  else
+    reply = redis.pcall('XADD', KEYS[3], '*', 'event', string.sub(item, nl + 1),
+                        'sender', string.sub(item, 1, nl - 1), 'ordinal', ordinal)
+  end
+  if type(reply) == 'table' and reply.err then
+    failure = reply.err
+    break
+  end
+  moved = i
+end
+if moved > 0 then
+  redis.call('LTRIM', KEYS[1], moved, -1)
+  redis.call('SET', KEYS[2], string.format('%d', base + moved))
+end
+return {moved, failure}
+"""
+"""KEYS: the queue, its relayed count, the stream; ARGV: how many items at most, how far
+ahead of Redis' clock a stream id may be (ms). Nothing moves into a stream whose last id
+a sender chose (see :func:`memq.broker.plausible`): the ids Redis would stamp after it
+are as bad, and the writer would set the items aside with them. They wait, and move once
+the writer has set that entry aside and brought the stream back (``Inbox.repair_ids``)."""
+
+
+def relay(connection: redis.Redis, stream: str, run: int = RUN) -> int:
+    """Move up to ``run`` queued items of ``stream``'s queue into it; how many moved.
+    Raises :class:`redis.exceptions.ResponseError` with Redis' reason if an XADD was
+    refused (the items from it on stay queued)."""
+    keys = [names.INBOX_QUEUES[stream], names.RELAYED_KEYS[stream], stream]
+    reply: Any = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
+        SCRIPT, len(keys), *keys, run, FUTURE_TOLERANCE_MS)
+    moved, failure = int(reply[0]), reply[1]
+    if failure:
+        text = failure.decode(errors="replace") if isinstance(failure, bytes) else failure
+        raise redis.exceptions.ResponseError(
+            f"relaying {names.INBOX_QUEUES[stream]} into {stream} stopped after {moved} items: "
+            f"{text}")
+    return moved
+
+
+def relay_all(connection: redis.Redis) -> int:
+    """Move everything queued, queue by queue; how many items moved (for tests and tools)."""
+    total = 0
+    for stream in names.INBOX_QUEUES:
+        while (moved := relay(connection, stream)) > 0:
+            total += moved
+    return total
+
+
+class Relay(threading.Thread):
+    """Moves one queue's items into its stream as they come, until ``stop`` is set."""
+
+    def __init__(self, connection: redis.Redis, stream: str, stop: threading.Event,
+                 wait_s: float) -> None:
+        super().__init__(name=f"memq-relay-{stream}", daemon=True)
+        self.redis = connection
+        self.wait_s = wait_s
+        """How long one BLMOVE waits before the thread checks whether to stop: the
+        writer's ``block_ms``, so both its threads stop as soon."""
+        self.stream = stream
+        self.queue = names.INBOX_QUEUES[stream]
+        self.stop = stop
+
+    def run(self) -> None:
+        delay = 0.1
+        while not self.stop.is_set():
+            try:
+                self._relay_then_wait()
+                delay = 0.1
+            except (*TRANSIENT, redis.exceptions.ResponseError) as exc:
+                log(logger, "relaying queued items failed; retrying", logging.WARNING,
+                    queue=self.queue, error=str(exc), retry_in_s=delay)
+                self.stop.wait(delay)
+                delay = min(MAX_RETRY_DELAY_S, delay * 2)
+
+    def _relay_then_wait(self) -> None:
+        while relay(self.redis, self.stream) == RUN and not self.stop.is_set():
+            pass
+        # Redis takes a fractional timeout; redis-py's annotation says int.
+        self.redis.blmove(self.queue, self.queue, self.wait_s,  # type: ignore[arg-type]
+                          "LEFT", "LEFT")
