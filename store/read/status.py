@@ -51,16 +51,24 @@ def _stream(client: redis.Redis, stream: str) -> dict[str, Any]:
     lag = group.get("lag") if group else None
     # The writer deletes what it acknowledges, so whatever is not pending is unread. Redis
     # reports no lag for a group it cannot compute one for; this is exact in that case too.
-    unread = int(lag) if lag is not None else length - pending
+    # Redis's own lag counts entries ever added, and a Redis restarted from a file that
+    # lost some keeps counting them: never more than the stream holds.
+    unread = max(0, length - pending)
+    if lag is not None:
+        unread = min(int(lag), unread)
+    queue = names.INBOX_QUEUES.get(stream)
+    queued = int(client.llen(queue)) if queue else 0
     return {
         "length": length,
-        "lag": unread,
+        "lag": unread + queued,
+        "queued": queued,
         "pending": pending,
         # Acknowledged entries the writer keeps for a replica's restore ([replication]).
         "kept": max(0, length - unread - pending),
         "group_exists": group is not None,
         "consumers": int(group["consumers"]) if group else 0,
         "oldest_age_s": _oldest_age(client, stream, group) if pending or unread else None,
+        # Items waiting for the relay (store/write/relay.py) have no age Redis knows.
     }
 
 
