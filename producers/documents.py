@@ -12,6 +12,7 @@ Writes return at once (``flush`` waits for them); reads show what is committed.
 from __future__ import annotations
 
 import base64
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from memq.errors import ValidationError
 from memq.events import EventType, check_identifier
 from memq.events.rules import namespace as problem_of
 from memq.events.vocabulary import MAX_TTL_MINUTES
+from memq.logs import log
 from memq.printable import shown
 from memq.producers.mixin import ClientBase, SyncClientBase
 from memq.producers.ops import Op, Read, Run
@@ -31,6 +33,8 @@ from memq.store.read.pool import Reader
 
 if TYPE_CHECKING:
     from memq.producers.context import QueryVectors
+
+logger = logging.getLogger("memq.documents")
 
 
 MAX_DOCUMENTS_PAGE = 10_000
@@ -117,9 +121,15 @@ class DocumentsOps(ClientBase):
         return found
 
     def _ranked(self, documents: list[Document], query: str) -> list[FoundDocument]:
-        model = self.config.embed.model_name
-        scored = [d for d in documents if d.embedding is not None and d.embedding_model == model]
+        model, size = self.config.embed.model_name, self.config.embed.dim * 4
+        scored = [d for d in documents if d.embedding is not None and d.embedding_model == model
+                  and len(d.embedding) == size]
         rest = [FoundDocument(d) for d in documents if d not in scored]
+        unfit = [d for d in documents if d.embedding_model == model and d not in scored]
+        if unfit:
+            # Stored before the writer checked dimensions: ranked last, never an error.
+            log(logger, "documents with a vector of the wrong size are ranked last",
+                logging.WARNING, count=len(unfit), model=model)
         if not scored:
             return rest
         matrix = np.stack([np.frombuffer(d.embedding or b"", dtype="<f4") for d in scored])

@@ -8,6 +8,7 @@ import binascii
 import numpy as np
 import orjson
 
+from memq.config import DEFAULT_MODEL_NAME, EmbedConfig
 from memq.errors import InvalidEvent
 
 FLOAT32_LE = np.dtype("<f4")
@@ -23,6 +24,28 @@ def blob_from_b64(text: str, dim: int) -> bytes:
         raise InvalidEvent(f"vector has {len(blob)} bytes, expected {dim * 4} for {dim} dims")
     if not np.isfinite(np.frombuffer(blob, dtype=FLOAT32_LE)).all():
         raise InvalidEvent("vector holds NaN or infinity")
+    return blob
+
+
+KNOWN_DIMS: dict[str, int] = {DEFAULT_MODEL_NAME: EmbedConfig.dim}
+"""Dimensions of the models memq knows: a vector named after one of them has exactly that
+many, or every search that compares it with a query of that model would fail."""
+
+UNIT_NORM = (0.9, 1.1)
+"""The norms an embedding may have: memq's models give unit vectors, and searches score by
+dot product, so a longer one would outrank everything (or overflow to infinity)."""
+
+
+def model_vector(text: str, dim: int, model: str) -> bytes:
+    """:func:`blob_from_b64`, and the vector one ``model`` could have given: the model's
+    dimensions where memq knows them, and unit length."""
+    known = KNOWN_DIMS.get(model)
+    if known is not None and dim != known:
+        raise InvalidEvent(f"vector has {dim} dims, but {model} gives {known}")
+    blob = blob_from_b64(text, dim)
+    norm = float(np.linalg.norm(np.frombuffer(blob, dtype=FLOAT32_LE).astype(np.float64)))
+    if not UNIT_NORM[0] <= norm <= UNIT_NORM[1]:
+        raise InvalidEvent(f"vector must have unit length (an embedding's), got {norm:.4g}")
     return blob
 
 

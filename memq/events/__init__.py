@@ -12,6 +12,7 @@ Import from here (``from memq.events import Event, decode``); the modules are th
 
 from memq.events.envelope import (
     ENVELOPE_FIELDS,
+    MAX_DEPTH,
     Event,
     check_payload,
     checked_payload,
@@ -45,6 +46,7 @@ __all__ = [
     "ENVELOPE_FIELDS",
     "FACT_SOURCES",
     "INT64_LIMIT",
+    "MAX_DEPTH",
     "MAX_EMBEDDING_DIM",
     "MAX_FACT_VALUE_CHARS",
     "MAX_MIN_AGE_HOURS",

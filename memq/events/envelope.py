@@ -191,13 +191,37 @@ def _created_at(data: Mapping[str, Any]) -> str:
         raise InvalidEvent(str(exc)) from exc
 
 
+MAX_DEPTH = 64
+"""The most levels of objects and lists a payload may nest, itself included. Every read
+path wraps what it returns in a few more (an HTTP body, a list of results), and JSON
+encoders stop somewhere (orjson at 255): what the writer applies, every reader can return."""
+
+
 def check_payload(etype: str, payload: Mapping[str, Any], limits: LimitsConfig) -> None:
     """Validate a payload against its type's schema; raises :class:`InvalidEvent`."""
+    _check_depth(etype, payload)
     check_fields(etype, SCHEMAS[etype].fields, payload, limits)
 
 
 def checked_payload(etype: str, payload: dict[str, Any], limits: LimitsConfig) -> dict[str, Any]:
     """Validate a payload; return it as it is stored (timestamps in canonical UTC form)."""
+    _check_depth(etype, payload)
     fields = SCHEMAS[etype].fields
     check_fields(etype, fields, payload, limits)
     return normalized_timestamps(fields, payload)
+
+
+def _check_depth(etype: str, payload: Mapping[str, Any]) -> None:
+    """:data:`MAX_DEPTH`, walked without recursion (the value may be deeper than Python's
+    stack allows, from a parser that allows more)."""
+    level: list[Any] = [payload]
+    for depth in range(1, MAX_DEPTH + 2):
+        inner: list[Any] = []
+        for value in level:
+            inner += value.values() if isinstance(value, dict) else value
+        level = [v for v in inner if isinstance(v, (dict, list))]
+        if not level:
+            return
+        if depth == MAX_DEPTH:
+            raise InvalidEvent(
+                f"{etype}: payload nests more than {MAX_DEPTH} levels of objects and lists")

@@ -48,7 +48,7 @@ def apply_put(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> Non
     if p.get("vector_b64") is not None:
         if p.get("dim") is None or p.get("model") is None:
             raise InvalidEvent("document.put: a vector needs its model and dim")
-        blob = vectors.blob_from_b64(p["vector_b64"], p["dim"])
+        blob = vectors.model_vector(p["vector_b64"], p["dim"], p["model"])
     ttl = p.get("ttl_minutes")
     cur.execute(
         """INSERT INTO documents (namespace, key, user_id, value, created_at, updated_at,

@@ -134,7 +134,7 @@ def _legacy_dim(embedding: bytes | str) -> int:
 
 def apply_embedded(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
-    blob = vectors.blob_from_b64(p["vector_b64"], p["dim"])
+    blob = vectors.model_vector(p["vector_b64"], p["dim"], p["model"])
     # The same model's vector twice (a retried job) changes nothing: no message is
     # embedded twice. A different model's vector replaces the old one (a re-embedding).
     cur.execute(
