@@ -31,6 +31,7 @@ expressions are read in UTC.
 from __future__ import annotations
 
 import base64
+import logging
 import re
 import uuid
 from collections.abc import Callable
@@ -39,15 +40,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 import apsw
+import numpy as np
+import orjson
 
 from memq.approvals import normalize_prefix
 from memq.clock import normalize_rfc3339, now_rfc3339, to_rfc3339
 from memq.config import DEFAULT_MODEL_NAME, LimitsConfig
 from memq.errors import MigrationError, ValidationError
-from memq.events import Event, EventType, checked_payload
+from memq.events import MAX_EMBEDDING_DIM, Event, EventType, checked_payload
+from memq.printable import shown
 from memq.store.effects import Effects
 from memq.store.projections import record_event
 from memq.store.vectors import FLOAT32_LE
+
+logger = logging.getLogger("memq.migrate")
 
 ImportProgress = Callable[[str, int, int], None]
 """Called with (legacy table, its rows imported so far, its rows in total)."""
@@ -100,19 +106,90 @@ def import_table(cur: apsw.Cursor, table: str) -> int:
     source = legacy_table(table)
     if not _has_table(cur, source):
         return 0
-    columns = [str(r[1]) for r in cur.execute(f"PRAGMA table_info({source})")]
-    rows = cur.execute(f"SELECT {', '.join(columns)} FROM {source} ORDER BY rowid").fetchall()
+    columns = _seed_columns(cur, table)
+    selected = ", ".join(quoted(column) for column in columns)
+    rows = cur.execute(
+        f"SELECT rowid, {selected} FROM {quoted(source)} ORDER BY rowid").fetchall()
     recorded_at = now_rfc3339()
     effects = Effects()  # jobs for these rows come from the writer's reconcile passes
     report = import_progress.get()
+    seen: set[str] = set()
     count = 0
-    for done, values in enumerate(rows, 1):
+    for done, (rowid, *values) in enumerate(rows, 1):
         row = dict(zip(columns, values, strict=True))
+        _check_key(table, rowid, row, seen)
         count += _record(cur, table, row, _row_event(table, row, recorded_at), recorded_at,
                          effects)
         if report is not None and (done % PROGRESS_EVERY == 0 or done == len(rows)):
             report(table, done, len(rows))
     return count
+
+
+SEED_COLUMNS: dict[str, frozenset[str]] = {
+    "messages": frozenset({
+        "id", "session_id", "role", "content", "tool_call_id", "tool_name",
+        "tool_calls_json", "created_at", "importance", "embedding", "embedding_error",
+        "consolidated_at"}),
+    "facts": frozenset({"id", "category", "key", "value", "source", "created_at",
+                        "updated_at"}),
+    "macros": frozenset({"id", "trigger_tool", "trigger_args_pattern", "next_tool",
+                         "next_args", "confidence", "used_count", "created_at", "updated_at"}),
+    "scheduled_tasks": frozenset({
+        "id", "name", "cron_expr", "original_schedule", "prompt", "source", "is_oneshot",
+        "is_paused", "is_trusted", "next_run_at", "last_run_at", "created_at", "updated_at",
+        "tz"}),
+    "terminal_allowed_prefixes": frozenset({"prefix", "created_at"}),
+}
+"""The columns of the seed's tables that memq reads (``tz`` and a prefix's
+``created_at`` are optional); a legacy table with any other is refused."""
+
+
+def _seed_columns(cur: apsw.Cursor, table: str) -> list[str]:
+    """The columns of ``legacy_<table>``, all of them the seed's: a file with another is
+    not the seed's layout, and is refused with that column named."""
+    source = legacy_table(table)
+    columns = [str(r[1]) for r in cur.execute(f"PRAGMA table_info({quoted(source)})")]
+    unknown = [column for column in columns if column not in SEED_COLUMNS[table]]
+    if unknown:
+        raise MigrationError(
+            f"{table} has a column the seed's layout does not: {shown(unknown[0])} "
+            f"(memq reads {', '.join(sorted(SEED_COLUMNS[table]))}); nothing was changed")
+    return columns
+
+
+def quoted(identifier: str) -> str:
+    """An SQL identifier as SQLite reads it whatever it holds: a name read from a file is
+    never SQL."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _check_key(table: str, rowid: int, row: dict[str, Any], seen: set[str]) -> None:
+    """A row without a key, or with one an earlier row has, would import as a duplicate of
+    nothing or of that row (its event id comes from the key): stop, naming it, rather than
+    import half the table."""
+    key = row.get("id", row.get("prefix"))
+    if key is None or key == "":
+        raise _unimportable(table, row, f"row {rowid} has no {_key_name(table)}")
+    if str(key) in seen:
+        raise _unimportable(table, row, f"row {rowid} has the {_key_name(table)} of an "
+                                        "earlier row")
+    seen.add(str(key))
+
+
+def _key_name(table: str) -> str:
+    return "prefix" if table == "terminal_allowed_prefixes" else "id"
+
+
+def drop_triggers_and_views(cur: apsw.Cursor) -> list[str]:
+    """Drop every trigger and view of a legacy file before anything else runs on it: the
+    seed made none, and one would run (or shadow a name) inside memq's own schema."""
+    found = cur.execute("SELECT type, name FROM sqlite_master "
+                        "WHERE type IN ('trigger', 'view')").fetchall()
+    for kind, name in found:
+        cur.execute(f"DROP {kind.upper()} IF EXISTS {quoted(name)}")
+    if found:
+        logger.warning("legacy file: dropped %s", ", ".join(f"{k} {n}" for k, n in found))
+    return [name for _, name in found]
 
 
 def _row_event(table: str, row: dict[str, Any], now: str) -> Event:
@@ -134,6 +211,7 @@ def _record(cur: apsw.Cursor, table: str, row: dict[str, Any], event: Event,
 
 def _unimportable(table: str, row: dict[str, Any], problem: object) -> MigrationError:
     key = row.get("id", row.get("prefix"))
+    key = "(without a key)" if key is None or key == "" else key
     what = {"messages": "message", "facts": "fact", "macros": "macro",
             "scheduled_tasks": "task", "terminal_allowed_prefixes": "approval"}[table]
     return MigrationError(
@@ -194,15 +272,75 @@ def _message_payload(row: dict[str, Any]) -> dict[str, Any]:
         "tool_calls_json": row.get("tool_calls_json"),
         "embedding_error": row.get("embedding_error"),
     }
-    if isinstance(embedding, str):
-        payload["embedding_json"] = embedding
-    elif isinstance(embedding, bytes):
-        payload["embedding_b64"] = base64.b64encode(embedding).decode("ascii")
-        payload["embedding_dim"] = len(embedding) // FLOAT32_LE.itemsize
-    if embedding is not None:
+    vector = legacy_vector(row, embedding)
+    if isinstance(vector, str):
+        payload["embedding_json"] = vector
+    elif isinstance(vector, bytes):
+        payload["embedding_b64"] = base64.b64encode(vector).decode("ascii")
+        payload["embedding_dim"] = len(vector) // FLOAT32_LE.itemsize
+    if vector is not None:
         # The legacy system embedded with the same model memq defaults to.
         payload["embedding_model"] = DEFAULT_MODEL_NAME
     return payload
+
+
+def legacy_vector(row: dict[str, Any], value: Any) -> bytes | str | None:
+    """A legacy embedding as JSON text or float32 bytes, told apart by what it holds, not
+    by its column's type: the seed wrote JSON arrays into a BLOB column. One that is
+    neither is dropped and reported (the message is embedded again), never an abort."""
+    if value is None:
+        return None
+    text = _utf8(value)
+    if text is not None and text.lstrip().startswith("["):
+        problem = _json_vector_problem(text)
+        if problem is None:
+            return text
+    elif isinstance(value, bytes):
+        problem = _blob_vector_problem(value)
+        if problem is None:
+            return value
+    else:
+        problem = f"a {type(value).__name__}, neither JSON nor float32 bytes"
+    logger.warning("legacy message %s: its embedding is dropped (%s); it will be embedded "
+                   "again", row.get("id"), problem)
+    return None
+
+
+def _utf8(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def _json_vector_problem(text: str) -> str | None:
+    try:
+        numbers = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return f"JSON that does not parse: {exc}"
+    if not isinstance(numbers, list) or not all(
+            isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers):
+        return "JSON that is not a list of numbers"
+    return _numbers_problem(np.asarray(numbers, dtype=np.float64))
+
+
+def _blob_vector_problem(blob: bytes) -> str | None:
+    if len(blob) % FLOAT32_LE.itemsize:
+        return f"{len(blob)} bytes, not a whole number of float32s"
+    return _numbers_problem(np.frombuffer(blob, dtype=FLOAT32_LE))
+
+
+def _numbers_problem(vector: np.ndarray) -> str | None:
+    if not 1 <= len(vector) <= MAX_EMBEDDING_DIM:
+        return f"{len(vector)} numbers, not 1-{MAX_EMBEDDING_DIM}"
+    with np.errstate(over="ignore"):
+        if not np.isfinite(vector.astype(np.float32)).all():
+            return "numbers that are not finite float32s"
+    return None
 
 
 # -- facts, macros, tasks, approvals ------------------------------------------------------

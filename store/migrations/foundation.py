@@ -11,6 +11,9 @@ def event_log(cur: apsw.Cursor) -> None:
     # A database in the legacy layout has a messages table and no event log: move it
     # aside so the import migration can turn every row into an event.
     if has_table(cur, "messages") and not has_table(cur, "events"):
+        from memq.store.legacy import drop_triggers_and_views
+
+        drop_triggers_and_views(cur)  # before anything else runs on a file memq did not make
         cur.execute("ALTER TABLE messages RENAME TO legacy_messages")
     cur.execute(
         """
@@ -46,10 +49,11 @@ def legacy_tables_aside(cur: apsw.Cursor) -> None:
     # fails on such a database (it is also what a seed database upgraded by an older memq
     # was left with: 0001 applied, 0002 failed). A database that has 0002 has no legacy
     # tables to move, so there this does nothing.
-    from memq.store.legacy import LEGACY_TABLES, legacy_table
+    from memq.store.legacy import LEGACY_TABLES, drop_triggers_and_views, legacy_table
 
     if "0002_projections" in applied_names(cur):
         return
+    drop_triggers_and_views(cur)  # memq made none before 0002: these came with the file
     for table in LEGACY_TABLES[1:]:
         if has_table(cur, table) and not has_table(cur, legacy_table(table)):
             cur.execute(f"ALTER TABLE {table} RENAME TO {legacy_table(table)}")
