@@ -136,3 +136,18 @@ def normalize_rfc3339(value: datetime | str, *, what: str = "created_at") -> str
         except ValueError:
             pass  # parse_rfc3339 names the problem
     return to_rfc3339(parse_rfc3339(value, what=what))
+
+
+FUTURE_TOLERANCE = timedelta(minutes=15)
+"""How far ahead of the receiver's clock a producer's time may be: hosts' clocks differ by
+seconds; a time further ahead is a mistake or a way to stay a session's newest turn, and
+out of retention's reach, forever."""
+
+
+def future_problem(created_at: str, what: str = "created_at") -> str | None:
+    """Why ``created_at`` (memq's form) is too far in the future, or None."""
+    limit = datetime.now(UTC) + FUTURE_TOLERANCE
+    if parse_rfc3339(created_at) <= limit:
+        return None
+    return (f"{what} {created_at} is ahead of this clock by more than "
+            f"{int(FUTURE_TOLERANCE.total_seconds() // 60)} minutes")

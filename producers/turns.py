@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from memq.clock import normalize_rfc3339, now_rfc3339, uuid7
+from memq.clock import future_problem, normalize_rfc3339, now_rfc3339, uuid7
 from memq.errors import EventsRejected, ValidationError
 from memq.events import Event, EventType, check_identifier
 from memq.printable import shown
@@ -97,6 +97,8 @@ class TurnsOps(ContextOps):
             **_owner_fields(user_id, agent_id),
         }
         when = now_rfc3339() if created_at is None else normalize_rfc3339(created_at)
+        if created_at is not None and (problem := future_problem(when)) is not None:
+            raise ValidationError(problem)
         event = self._event(EventType.MESSAGE_APPENDED, payload, session_id=session_id,
                             created_at=when)
         payload["importance"] = float(payload["importance"])  # an int 0 or 1 is valid too

@@ -31,6 +31,7 @@ import orjson
 from memq import authority, names
 from memq.authority import ROLE_OF_STREAM, Role
 from memq.broker import MAX_ID_PART, in_range, plausible, stream_position
+from memq.clock import future_problem
 from memq.config import LimitsConfig
 from memq.errors import InvalidEvent
 from memq.events import Event, decode
@@ -136,7 +137,7 @@ def _decode(
         if problem is not None:
             return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
         event = decode(raw, limits)
-        problem = authority.refusal(ROLE_OF_STREAM[stream], event)
+        problem = _future_problem(event) or authority.refusal(ROLE_OF_STREAM[stream], event)
         if problem is not None:
             return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
         return Decoded(stream, stream_id, raw, replay_of, event, None, sender)
@@ -182,6 +183,16 @@ def _id_problem(stream_id: str) -> str | None:
                 "(an id chosen by its sender); replay it to send it again")
     return (f"stream entry id {stream_id:.45} is more than a day ahead of the writer's "
             "clock (an id chosen by its sender); replay it to send it again")
+
+
+def _future_problem(event: Event) -> str | None:
+    """A time from the future would keep its turn the session's newest, out of
+    retention's reach, forever: the producer's clock is trusted up to a tolerance."""
+    problem = future_problem(event.created_at)
+    stamped = event.payload.get("created_at")
+    if problem is None and isinstance(stamped, str):
+        problem = future_problem(stamped, "payload.created_at")
+    return problem
 
 
 def _stream_problem(fields: dict[bytes, bytes]) -> str | None:

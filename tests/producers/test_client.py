@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,17 @@ def test_defaults_and_created_at(client: MemoryClient) -> None:
     assert [m.created_at for m in older] == ["2024-05-01T17:00:00.000000Z",
                                              "2024-05-01T17:00:00.000000Z"]
     assert older[0].importance == 0.95
+
+
+def test_a_time_from_the_future_is_refused_where_it_is_given(client: MemoryClient) -> None:
+    """The writer would set it aside (it would stay the session's newest turn forever):
+    the caller hears why at once, and nothing is sent."""
+    for ahead in (timedelta(days=365 * 7000), timedelta(hours=1)):
+        with pytest.raises(ValidationError, match="is ahead of this clock by more than"):
+            client.append("s", "user", "later", created_at=datetime.now(UTC) + ahead)
+    client.append("s", "user", "now-ish", created_at=datetime.now(UTC) + timedelta(minutes=1))
+    client.flush()
+    assert [m.content for m in client.history("s")] == ["now-ish"]
 
 
 @pytest.mark.remote_too

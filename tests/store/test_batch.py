@@ -8,6 +8,7 @@ event by event. A redelivered batch that also holds a bad event must apply nothi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from memq import names
 from memq.authority import ROLE_OF_STREAM, type_refusal
-from memq.clock import uuid7
+from memq.clock import to_rfc3339, uuid7
 from memq.events import Event, EventType
 from memq.store.projections.macros import content_id
 from memq.toolcalls import args_pattern
@@ -153,3 +154,26 @@ def test_a_refused_entry_names_the_authority_exactly_when_its_role_may_never_sen
     else:
         assert all(r.startswith(f"{etype} ") for r in reasons if " may only come from " in r)
     assert result.applied + result.rejected == 1
+
+
+@pytest.mark.parametrize(("where", "ahead_minutes", "refused"), [
+    ("envelope", 60 * 24 * 365 * 7000, True), ("envelope", 20, True), ("envelope", 1, False),
+    ("payload", 60 * 24, True), ("payload", 1, False),
+])
+def test_a_time_from_the_future_is_set_aside(
+    log: EventLog, where: str, ahead_minutes: int, refused: bool
+) -> None:
+    """A turn dated years ahead would stay its session's newest, out of retention's
+    reach, forever; a producer's clock a little ahead is still trusted."""
+    ahead = to_rfc3339(datetime.now(UTC) + timedelta(minutes=ahead_minutes))
+    payload = {"message_id": uuid7(), "role": "user", "content": "hi", "importance": 0.5}
+    etype, created = "message.appended", ahead
+    if where == "payload":
+        etype, created, payload["created_at"] = "message.imported", at(1), ahead
+    log.send(orjson.dumps({"id": uuid7(), "type": etype, "v": 1, "session_id": "s1",
+                           "created_at": created, "payload": payload}),
+             stream=names.INBOX_STREAM if where == "envelope" else names.ADMIN_INBOX_STREAM)
+    reasons = log.rejections()
+    assert bool(reasons) is refused
+    if refused:
+        assert "is ahead of this clock by more than 15 minutes" in reasons[0]
