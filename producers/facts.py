@@ -7,7 +7,9 @@ them). ``facts`` shows what is committed with this client's own uncommitted chan
 over it (read-your-writes, ``producers/pending.py``; a fact set by this client and not yet
 committed has id 0); ``fact_history`` is the committed record. A value set with
 ``source="user"`` is protected: an agent's (or consolidation's) change or deletion is
-recorded in the log but does not touch it unless it is sent with ``force=True``.
+recorded in the log but does not touch it unless it is sent with ``force=True`` (the
+person's right); a value set with ``force=True`` is the person's, stored with
+``source="user"``, so it is protected in turn.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ class FactsOps(ClientBase):
             "category": _name("category", category),
             "key": _name("key", key),
             "value": _value(value),
-            "source": source,
+            # Only the person may force; a forced value is theirs, and stays protected.
+            "source": "user" if force is True else source,
         }
         return (yield from self._send_op(EventType.FACT_SET,
                                          _guarded(payload, force, user_id)))

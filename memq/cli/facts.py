@@ -46,7 +46,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--as-agent", action="store_true",
                         help="an agent's fact, not protected (the user's value stays)")
     parser.add_argument("--force", action="store_true",
-                        help="with --as-agent: over the user's value all the same")
+                        help="with --as-agent: over the user's value all the same (a forced "
+                             "value is the person's: stored as the user's, protected)")
     _add_change_options(parser)
     parser.set_defaults(func=set_fact)
     parser = fsub.add_parser("delete", help="delete a fact's value, the user's own too (its "
@@ -64,7 +65,7 @@ def _add_change_options(parser: argparse.ArgumentParser) -> None:
 
 
 def set_fact(args: argparse.Namespace) -> int:
-    source = "agent" if args.as_agent else "user"
+    source = "agent" if args.as_agent and not args.force else "user"
     with person(args) as client:
         client.set_fact(args.category, args.key, args.value, source=source, force=args.force,
                         user_id=args.user)

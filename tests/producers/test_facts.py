@@ -47,12 +47,14 @@ def test_agent_cannot_overwrite_a_user_fact_unless_forced(client: MemoryClient) 
     client.flush()
     assert [(f.value, f.source) for f in client.facts("prefs")] == [("vim", "user")]
     forced = client.set_fact("prefs", "editor", "emacs", force=True)
+    client.set_fact("prefs", "editor", "nano")  # the person's override is protected too
     client.flush()
-    assert [(f.value, f.source) for f in client.facts("prefs")] == [("emacs", "agent")]
+    assert [(f.value, f.source) for f in client.facts("prefs")] == [("emacs", "user")]
     history = client.fact_history("prefs", "editor")
     assert [(c.action, c.value, c.source, c.applied) for c in history] == [
         ("set", "vim", "user", True), ("set", "emacs", "agent", False),
-        ("deleted", None, "agent", False), ("set", "emacs", "agent", True)]
+        ("deleted", None, "agent", False), ("set", "emacs", "user", True),
+        ("set", "nano", "agent", False)]
     assert (history[1].event_id, history[3].event_id) == (ignored, forced)
     assert history[3].force is True
 
