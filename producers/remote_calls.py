@@ -28,6 +28,7 @@ from memq.problems import to_error
 from memq.producers.context import ContextItem
 from memq.producers.documents import FoundDocument
 from memq.producers.macros import MAX_ID, MacroSuggestion
+from memq.producers.mixin import check_flag
 from memq.producers.prefixes import AllowedPrefix
 from memq.store.read.documents import Document
 from memq.store.read.facts import Fact, FactChange
@@ -321,8 +322,12 @@ def allowed_prefixes() -> Call:
 
 
 def is_command_allowed(command: str, trusted: bool) -> Call:
-    return Call("POST", "/v1/commands/check", {"command": command, "trusted": trusted},
-                decode=_field("allowed"))
+    """The server answers for the approvals alone: whether the task a command comes from
+    is trusted is the runner's to know, never an argument the server takes."""
+    check_flag("trusted", trusted)
+    allowed = _field("allowed")
+    return Call("POST", "/v1/commands/check", {"command": command},
+                decode=lambda body: trusted or allowed(body))
 
 
 def record_tool_call(session_id: str, tool: str, args: Mapping[str, Any] | None) -> Call:

@@ -18,11 +18,12 @@ import orjson
 
 from memq import names
 from memq.clock import normalize_rfc3339
-from memq.errors import FlushTimeout, ValidationError
+from memq.errors import FlushTimeout, NotFound, ValidationError
 from memq.events import EventType, check_identifier
 from memq.printable import shown
 from memq.producers.mixin import ClientBase, SyncClientBase
 from memq.producers.ops import Fetch, Flush, Op, Read, Sleep
+from memq.store.read import erasures
 from memq.store.read import sessions as stored
 from memq.store.read.pool import Reader
 from memq.store.read.sessions import SessionInfo
@@ -78,7 +79,13 @@ class SessionsOps(ClientBase):
 
     def _wait_forgotten_op(self, event_id: str, timeout: float) -> Op[dict[str, Any]]:
         check_identifier("event_id", event_id)
-        yield Flush(timeout)
+        yield Flush(timeout)  # this client's own forget is committed from here on
+        kind: str | None = yield Read(erasures.event_type, (event_id,))
+        if kind is None:
+            raise NotFound(f"unknown forget {event_id}: no event with that id is committed "
+                           "(wait_forgotten takes the id a forget returned)")
+        if kind not in FORGETS:
+            raise ValidationError(f"{event_id} is a {kind} event, not a forget")
         deadline = time.monotonic() + timeout
         key = names.ERASED_PREFIX + event_id
         while True:
@@ -90,6 +97,10 @@ class SessionsOps(ClientBase):
                                    f"{timeout:g} s (a reader may be holding an old snapshot "
                                    "of the database)")
             yield Sleep(0.02)
+
+
+FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
+                     EventType.USER_FORGOTTEN})
 
 
 class SessionsMixin(SessionsOps, SyncClientBase):

@@ -43,6 +43,9 @@ def backup(db_path: str | os.PathLike[str], dest: str | os.PathLike[str],
         raise StoreError(f"{dest} already exists: give a new file name")
     if not Path(db_path).is_file():
         raise StoreError(f"database not found: {db_path}")
+    if not dest.parent.is_dir():
+        # Not made here: a mistyped directory would hold backups nobody looks for.
+        raise StoreError(f"{dest.parent} is not a directory: create it first")
     source = open_connection(db_path, readonly=True)
     aside = _aside(dest)
     try:
@@ -79,7 +82,6 @@ def _copy(source: apsw.Connection, aside: Path, progress: Progress | None) -> in
 
 
 def _open_target(path: Path) -> apsw.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)  # private, like the source
     os.close(fd)
     return apsw.Connection(str(path))

@@ -67,6 +67,12 @@ def _rebuild_in_place(conn: apsw.Connection, progress: Progress | None) -> int:
 def check(db_path: str | os.PathLike[str], limit: int = 10) -> list[str]:
     """Rebuild into a scratch file and list how the live projections differ (empty: equal)."""
     source = open_connection(db_path, readonly=True)
+    waiting = schema.pending(source)
+    if waiting:
+        source.close()
+        raise StoreError(
+            f"{db_path} is not migrated ({len(waiting)} migrations pending, from "
+            f"{waiting[0].name}): run `memq migrate` (or start the writer) first")
     directory = Path(db_path).resolve().parent
     with tempfile.TemporaryDirectory(prefix=".memq-rebuild-", dir=directory) as tmp:
         scratch = open_connection(Path(tmp) / "rebuild.db")

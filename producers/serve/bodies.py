@@ -176,7 +176,6 @@ class Command(Body):
 
 class CommandCheck(Body):
     command: Str
-    trusted: Bool = False
 
 
 class Prefix(Body):

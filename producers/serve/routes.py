@@ -319,7 +319,7 @@ def allowed_prefixes(remote: Remote = Caller) -> Response:
 
 @_route("POST", "/commands/check", b.Allowed)
 def is_command_allowed(asked: b.CommandCheck, remote: Remote = Caller) -> Response:
-    allowed = remote.client.is_command_allowed(asked.command, trusted=asked.trusted)
+    allowed = remote.client.is_command_allowed(asked.command)  # never trusted= the caller's
     return answer({"allowed": allowed})
 
 

@@ -16,3 +16,9 @@ def latest(conn: apsw.Connection) -> int:
     """The log position of the last forget committed (0: none yet)."""
     value: int = conn.execute(_LATEST).get
     return value
+
+
+def event_type(conn: apsw.Connection, event_id: str) -> str | None:
+    """The type of the committed event ``event_id`` (None: no such event committed)."""
+    row = conn.execute("SELECT type FROM events WHERE event_id = ?", (event_id,)).fetchone()
+    return None if row is None else str(row[0])

@@ -22,7 +22,7 @@ import redis
 from memq import MemoryClient, names
 from memq.cli import main
 from memq.config import Config, ConsolidationConfig, RetrievalConfig
-from memq.errors import EventsRejected, PermissionDenied, ValidationError
+from memq.errors import EventsRejected, NotFound, PermissionDenied, ValidationError
 from memq.testing import WriterThread, run_queued_jobs, wait_committed
 from memq.workers.consolidate import request_event
 
@@ -300,6 +300,19 @@ def test_bad_arguments(idle_client: MemoryClient, call: str, args: tuple[Any, ..
                        message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         getattr(idle_client, call)(*args)
+
+
+@pytest.mark.remote_too
+def test_waiting_for_an_unknown_forget_says_so_at_once(client: MemoryClient) -> None:
+    """Not a timeout: the id names no committed event, or one that is not a forget."""
+    with pytest.raises(NotFound, match="unknown forget 01a00000-0000-7000-8000-00000000dead"):
+        client.wait_forgotten("01a00000-0000-7000-8000-00000000dead", timeout=30)
+    client.append("s1", "user", "hello")
+    fact = client.set_fact("c", "k", "v")
+    with pytest.raises(ValidationError, match="is a fact.set event, not a forget"):
+        client.wait_forgotten(fact, timeout=30)
+    forgot = client.forget_session("s1")
+    assert client.wait_forgotten(forgot, timeout=30)["event_id"] == forgot
 
 
 def test_the_command_line_asks_before_it_erases(

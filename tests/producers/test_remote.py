@@ -303,6 +303,22 @@ def test_a_foreign_host_name_and_a_huge_body_are_refused(
         assert streamed.status_code == 413
 
 
+def test_the_server_never_takes_trusted_from_the_caller(
+    served: Served, remote: RemoteMemoryClient
+) -> None:
+    """Whether a command comes from a trusted task is the runner's to know: a body that
+    claims it is refused, and the answer is the approvals' alone."""
+    auth = {"Authorization": f"Bearer {served.token()}"}
+    claimed = httpx.post(f"{served.url}/v1/commands/check", headers=auth,
+                         json={"command": "rm -rf /", "trusted": True})
+    assert claimed.status_code == 422
+    asked = httpx.post(f"{served.url}/v1/commands/check", headers=auth,
+                       json={"command": "rm -rf /"})
+    assert asked.json() == {"allowed": False}
+    assert remote.is_command_allowed("rm -rf /", trusted=True) is True  # the runner's call
+    assert remote.is_command_allowed("rm -rf /") is False
+
+
 def test_the_schema_and_its_docs_are_served(served: Served) -> None:
     schema = httpx.get(f"{served.url}/openapi.json").json()
     assert {"/v1/messages", "/v1/messages/batch", "/v1/flush", "/v1/context",

@@ -113,3 +113,12 @@ def test_check_copy_finds_damage(tmp_path: Path) -> None:
     copy.write_bytes(bytes(data))
     with pytest.raises(StoreError):
         copies.check_copy(copy)
+
+
+def test_a_backup_into_a_missing_directory_is_refused(tmp_path: Path) -> None:
+    """A mistyped directory would otherwise be made, and the backup kept where nobody looks."""
+    db = tmp_path / "memq.db"
+    schema.migrate(apsw.Connection(str(db)))
+    with pytest.raises(StoreError, match="is not a directory: create it first"):
+        copies.backup(db, tmp_path / "no-such-dir" / "copy.db")
+    assert not (tmp_path / "no-such-dir").exists()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import apsw
 import pytest
 
 from memq import MemoryClient
 from memq.config import Config
+from memq.errors import StoreError
 from memq.store import rebuild
 from memq.testing import WriterThread
 from tests.conftest import ROOT, memq_command
@@ -80,3 +82,10 @@ def test_rebuild_repairs_and_refuses_while_writer_runs(
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "projections match the log" in done.stdout
+
+
+def test_checking_an_unmigrated_file_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "seed.db"
+    apsw.Connection(str(db)).execute("CREATE TABLE messages (id TEXT PRIMARY KEY)")
+    with pytest.raises(StoreError, match=r"is not migrated \(\d+ migrations pending"):
+        rebuild.check(db)
