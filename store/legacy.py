@@ -163,7 +163,7 @@ def quoted(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-def _check_key(table: str, rowid: int, row: dict[str, Any], seen: set[str]) -> None:
+def _check_key(table: str, rowid: object, row: dict[str, Any], seen: set[str]) -> None:
     """A row without a key, or with one an earlier row has, would import as a duplicate of
     nothing or of that row (its event id comes from the key): stop, naming it, rather than
     import half the table."""
@@ -183,8 +183,8 @@ def _key_name(table: str) -> str:
 def drop_triggers_and_views(cur: apsw.Cursor) -> list[str]:
     """Drop every trigger and view of a legacy file before anything else runs on it: the
     seed made none, and one would run (or shadow a name) inside memq's own schema."""
-    found = cur.execute("SELECT type, name FROM sqlite_master "
-                        "WHERE type IN ('trigger', 'view')").fetchall()
+    found = [(str(kind), str(name)) for kind, name in cur.execute(
+        "SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')")]
     for kind, name in found:
         cur.execute(f"DROP {kind.upper()} IF EXISTS {quoted(name)}")
     if found:
