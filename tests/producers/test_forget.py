@@ -309,7 +309,7 @@ def test_waiting_for_an_unknown_forget_says_so_at_once(client: MemoryClient) -> 
         client.wait_forgotten("01a00000-0000-7000-8000-00000000dead", timeout=30)
     client.append("s1", "user", "hello")
     fact = client.set_fact("c", "k", "v")
-    with pytest.raises(ValidationError, match="is a fact.set event, not a forget"):
+    with pytest.raises(ValidationError, match=r"is a fact\.set event, not a forget"):
         client.wait_forgotten(fact, timeout=30)
     forgot = client.forget_session("s1")
     assert client.wait_forgotten(forgot, timeout=30)["event_id"] == forgot
