@@ -26,27 +26,47 @@ _KEYWORDS = frozenset(
 )
 
 RUNNERS = frozenset(
-    # run their arguments as a command (privileges, environment, timing, scheduling)
-    {"sudo", "doas", "su", "runuser", "pkexec", "env", "exec", "eval", "xargs", "time"}
-    | {"nohup", "nice", "ionice", "timeout", "command", "builtin", "stdbuf", "setsid"}
-    | {"chroot", "nsenter", "unshare", "firejail", "flock", "chrt", "taskset", "strace"}
-    | {"ltrace", "watch", "unbuffer", "script", "parallel", "busybox", "fakeroot"}
-    | {"systemd-run", "caffeinate", "valgrind", "catchsegv", "ssh", "fc"}
-    # shells and file-sourcing: `bash -c ...`, `. ./x.sh`
+    # The principle: a program (or builtin) whose arguments name another program, or shell
+    # code, for it to start, now or later. Approving its name would approve whatever it is
+    # given, so the approval must name the program it runs instead. By family:
+    # - privilege and identity
+    {"sudo", "sudoedit", "doas", "su", "runuser", "pkexec", "sg", "newgrp", "setpriv"}
+    | {"capsh", "runcon", "chpst", "setuidgid", "fakeroot", "fakechroot"}
+    # - environment, limits, priority, I/O and time
+    | {"env", "envdir", "exec", "nohup", "nice", "ionice", "timeout", "time", "stdbuf"}
+    | {"setsid", "flock", "setlock", "chrt", "taskset", "numactl", "prlimit", "softlimit"}
+    | {"cpulimit", "cgexec", "schedtool", "trickle", "nocache", "eatmydata", "faketime"}
+    | {"unbuffer", "script", "caffeinate", "chronic", "catchsegv", "xvfb-run"}
+    # - namespaces, containers, sandboxes, remote hosts
+    | {"chroot", "nsenter", "unshare", "firejail", "bwrap", "nsjail", "minijail0"}
+    | {"systemd-run", "systemd-nspawn", "machinectl", "flatpak-spawn", "docker"}
+    | {"podman", "kubectl", "lxc-attach", "ssh", "mosh", "rsh", "sshpass"}
+    | {"proxychains", "proxychains4", "torsocks", "tsocks", "dbus-run-session"}
+    | {"dbus-launch"}
+    # - debuggers, tracers, profilers
+    | {"strace", "ltrace", "gdb", "gdbserver", "lldb", "rr", "valgrind", "perf"}
+    # - terminal multiplexers and scripted sessions
+    | {"tmux", "screen", "byobu", "dtach", "abduco", "expect"}
+    # - running later, repeatedly, or in parallel
+    | {"at", "batch", "watch", "entr", "watchexec", "xargs", "parallel", "sem", "tsp"}
+    # - shells, multi-call binaries and file-sourcing: `bash -c ...`, `. ./x.sh`
     | {"sh", "bash", "dash", "zsh", "ksh", "mksh", "yash", "fish", "csh", "tcsh", "rbash"}
-    | {"source", "."}
-    # change how the commands after them run (aliases, traps, PATH, options)
+    | {"busybox", "toybox", "source", "."}
+    # - builtins that run, or change how the shell runs, commands given to them or after
+    #   them (aliases, traps, PATH, options, completion commands: `compgen -C cmd`)
+    | {"eval", "command", "builtin", "fc", "compgen", "complete", "bind"}
     | {"alias", "unalias", "trap", "export", "set", "unset", "shopt", "enable", "hash"}
     | {"declare", "typeset", "readonly", "local"}
-    # bash evaluates an array subscript in a variable name they take:
-    # printf -v 'a[$(id)]' x runs id even though the argument is single-quoted
+    # - bash evaluates an array subscript in a variable name they take:
+    #   printf -v 'a[$(id)]' x runs id even though the argument is single-quoted
     | {"printf", "read", "test", "[", "[[", "let", "mapfile", "readarray", "getopts"}
     | {"wait"}
 )
-"""First words refused in an approval: each runs, or changes how the shell runs, a command
-named in its arguments or after it, so approving it would approve anything. The check is
-on the program's name, so ``/usr/bin/sudo`` counts too; approve the wrapped command instead
-(``git status``, not ``nice git status``)."""
+"""First words refused in an approval: each starts, or changes how the shell starts, a
+command named in its arguments or after it, so approving it would approve anything. The
+check is on the program's name, so ``/usr/bin/sudo`` counts too; approve the wrapped
+command instead (``git status``, not ``nice git status``). A new wrapper is added by the
+principle in the comment above, not when someone finds it."""
 
 
 def normalize_prefix(command: str, *, runners_ok: bool = False) -> str:

@@ -11,11 +11,14 @@ What it understands:
   newlines; blank lines; a newline after ``&&``, ``||``, ``|`` or ``|&`` (the list goes
   on at the next line);
 - a comment: ``#`` at the start of a word, up to the end of the line;
-- single quotes; double quotes without ``$`` or backtick; backslash escapes (but not of
-  ``$`` or backtick); a line continuation (backslash, newline) where no word has begun;
+- single quotes; double quotes without ``$`` (but just before the closing quote, where it
+  is literal) or backtick; backslash escapes (but not of ``$`` or backtick); a line
+  continuation (backslash, newline) where no word has begun; inside quotes, non-ASCII
+  spaces (literal in both shells);
 - ``!`` only where an interactive bash would not expand history: before a blank, a
   newline, ``=``, the end, or the closing double quote (``echo "Done!"``);
-- redirections that write nowhere: ``>&2``, ``2>&1`` (one-digit descriptors), and to or
+- redirections that write nowhere: ``>&2``, ``2>&1`` (onto stdout or stderr only: ``>&9``
+  may be a file the caller opened), and to or
   from ``/dev/null`` (``> /dev/null``, ``2>>/dev/null``, ``< /dev/null``; ``&>/dev/null``
   only at the end of a command, because dash reads ``&>`` as ``&`` then ``>``);
 - here-documents (``<<EOF``, ``<<'EOF'``, ``<<-EOF``) whose body the shell does not
@@ -28,7 +31,7 @@ A prefix matches a command's first words literally, each one bare (no quote, no 
 not ``git push``. So an environment assignment, a keyword (``if``, ``{``, ``!``), a path
 or any expansion in those words is refused. Everything else is refused too: ``$`` and
 backticks outside single quotes, ``(`` and ``)``, other redirections, control, invisible
-and unusual space characters anywhere, non-ASCII characters outside quotes, comments and
+and line-separator characters anywhere, non-ASCII characters outside quotes, comments and
 here-documents, unterminated quotes, empty commands and stray operators.
 
 Approvals themselves are plain word sequences (see :func:`normalize_prefix`, which lives
@@ -49,7 +52,9 @@ from memq.errors import ValidationError
 
 __all__ = ["is_command_allowed", "normalize_prefix"]
 
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+# Not "Zs" (no-break and other spaces): outside quotes the reader refuses every non-ASCII
+# character anyway, and inside quotes both shells take such a space literally.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n|\Z)")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
@@ -57,7 +62,8 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _PLAIN = re.compile(r"[\r#%*+,\-./0-9:=?@A-Z\[\]^_a-z{}~]+")
 _DOUBLE_QUOTED = re.compile(r'[^"\\$`!]+')
 _END_OF_WORD = r"(?=[ \t\n;&|]|\Z)"
-_FD_DUP = re.compile(r">&[0-9]" + _END_OF_WORD)
+# Onto stdout or stderr only: another descriptor may be a file the caller opened (>&9).
+_FD_DUP = re.compile(r">&[12]" + _END_OF_WORD)
 _DEV_NULL = re.compile(r"[ \t]*/dev/null" + _END_OF_WORD)
 _HEREDOC = re.compile(
     r"<<(-?)[ \t]*(?:'(?P<single>\w+)'|\"(?P<double>\w+)\"|(?P<bare>\w+))" + _END_OF_WORD,
@@ -229,6 +235,9 @@ class _Reader:
     def _double_quoted_special(self, ch: str, index: int, out: list[str]) -> int:
         following = self.text[index + 1 : index + 2]
         if ch == "!" and (following == '"' or following in _NO_HISTORY_AFTER):
+            out.append(ch)
+            return index + 1
+        if ch == "$" and following == '"':  # "costs 5$": nothing follows to expand
             out.append(ch)
             return index + 1
         if ch != "\\":

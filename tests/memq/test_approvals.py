@@ -96,3 +96,18 @@ def test_an_approval_logged_before_the_rule_replays_and_can_be_revoked(tmp_path:
         assert "can run other commands" in log.rejections()[0]
     finally:
         log.close()
+
+
+@pytest.mark.parametrize("command", [
+    "compgen -C 'rm -rf /' x", "setpriv --reuid=0 sh", "prlimit --nofile=1 rm x",
+    "tmux new-session -d rm x", "screen -dm rm x", "gdb -batch -ex 'shell rm x'",
+    "expect -c 'spawn rm x'", "at now", "bwrap --bind / / rm x", "docker run alpine rm x",
+    "perf record rm x", "watchexec rm x", "sg root -c 'rm x'", "busybox rm x",
+])
+def test_wrappers_named_by_the_principle_cannot_be_approved(command: str) -> None:
+    """Programs whose arguments name a program to start (the principle in RUNNERS): the
+    ones an outside review found, and their families."""
+    first = command.split()[0]
+    with pytest.raises(ValidationError, match="which can run other commands"):
+        normalize_prefix(first)
+    assert not is_command_allowed(command, [*PREFIXES, first])
