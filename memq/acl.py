@@ -73,7 +73,9 @@ WORKER_STREAMS: tuple[str, ...] = (names.AGENT_INBOX_STREAM,)
 """Streams a worker may XADD to (and nothing else): not one the writer reads."""
 
 QUEUE_COMMANDS = ("+rpush", "+multi", "+exec", "+discard")
-"""Sending to the writer: RPUSH to the role's queue, in a MULTI (see memq/broker.py)."""
+"""Sending to the writer: RPUSH to the role's queue, in a MULTI (see memq/broker.py). Of
+reads, LLEN alone (how far the queue reaches: a flush beyond it is refused), never what
+another sender queued."""
 
 WORKER_KEYS: tuple[str, ...] = ("rq:*", f"{names.TASK_FIRED_PREFIX}*")
 """Keys a worker may read and write: RQ's own, and the fired markers of task runs."""
@@ -119,11 +121,13 @@ def rules(role: Role) -> list[str]:
         return ["resetchannels", "-@all", *CONNECTION_COMMANDS,
                 f"%W~{names.INBOX_QUEUES[names.INBOX_STREAM]}", *QUEUE_COMMANDS,
                 *(f"%R~{key}" for key in AGENT_READ_KEYS), *AGENT_READ_COMMANDS,
-                _selector(AGENT_CONSUMED_STREAMS, "%RW~", AGENT_CONSUMER_COMMANDS)]
+                _selector(AGENT_CONSUMED_STREAMS, "%RW~", AGENT_CONSUMER_COMMANDS),
+                _selector((names.INBOX_QUEUES[names.INBOX_STREAM],), "%R~", ("+llen",))]
     return ["resetchannels", *(f"&{c}" for c in WORKER_CHANNELS),
             *(f"~{key}" for key in WORKER_KEYS), *(f"%R~{key}" for key in WORKER_READ_KEYS),
             *WORKER_COMMANDS, _selector(WORKER_STREAMS, "%W~", ("+xadd",)),
-            _selector((names.INBOX_QUEUES[names.WORKER_INBOX_STREAM],), "%W~", QUEUE_COMMANDS)]
+            _selector((names.INBOX_QUEUES[names.WORKER_INBOX_STREAM],), "%W~", QUEUE_COMMANDS),
+            _selector((names.INBOX_QUEUES[names.WORKER_INBOX_STREAM],), "%R~", ("+llen",))]
 
 
 def _selector(keys: tuple[str, ...], prefix: str, commands: tuple[str, ...]) -> str:

@@ -369,6 +369,22 @@ def _queue_marks(replies: list[Any]) -> dict[str, Position]:
     return marks
 
 
+def inbox_end(connection: redis.Redis, stream: str) -> Position:
+    """How far what senders of ``stream`` sent reaches: its queue's last ordinal, or the
+    stream's last id (admin). A position beyond it names nothing anyone sent."""
+    if stream in names.INBOX_QUEUES:
+        pipe = connection.pipeline(transaction=True)
+        pipe.get(names.RELAYED_KEYS[stream])
+        pipe.llen(names.INBOX_QUEUES[stream])
+        relayed, length = pipe.execute()
+        return int(relayed or 0) + int(length), 0
+    try:
+        info: Any = connection.xinfo_stream(stream)
+    except redis.exceptions.ResponseError:
+        return 0, 0  # no such stream: nothing was sent
+    return stream_position(info["last-generated-id"])
+
+
 def committed_marks(connection: redis.Redis) -> dict[str, Position]:
     """Per inbox stream, the id of the last entry the writer committed, and per queue, the
     ordinal of its last item the writer committed (absent: none yet)."""

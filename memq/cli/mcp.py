@@ -72,7 +72,7 @@ def serve_http(server: Any, tokens: Tokens, args: argparse.Namespace) -> None:
     unchecked = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     mcp_app = server.streamable_http_app(transport_security=unchecked)
     app = Guard(bearer(mcp_app, tokens), allowed_hosts(args.host, args.allow_host),
-                MAX_BODY_BYTES)
+                MAX_BODY_BYTES, tokens=tokens)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

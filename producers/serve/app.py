@@ -20,7 +20,17 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from memq.authority import Role
-from memq.errors import AuthenticationFailed, Busy, MemqError
+from memq.errors import (
+    AuthenticationFailed,
+    BrokerError,
+    Busy,
+    ConfigError,
+    DatabaseMismatch,
+    MemqError,
+    ModelError,
+    StoreError,
+    WriterFailed,
+)
 from memq.problems import MEDIA_TYPE, from_error, problem
 from memq.producers.client import MemoryClient
 from memq.producers.serve.guard import Guard
@@ -39,7 +49,10 @@ def create_app(
     max_waits: int = MAX_WAITS,
 ) -> Guard:
     """The API over ``bases`` (one client per served role), behind its guard."""
-    api = FastAPI(title="memq", version="1", description=__doc__ or "")
+    # No /docs or /redoc: FastAPI's pages load their scripts from a CDN, which would then
+    # run on the API's origin. The schema itself stays at /openapi.json.
+    api = FastAPI(title="memq", version="1", description=__doc__ or "", docs_url=None,
+                  redoc_url=None)
     api.state.remotes = Remotes(bases, max_remotes, max_waits)
     api.state.tokens = tokens
     api.include_router(router)
@@ -47,7 +60,7 @@ def create_app(
     api.add_exception_handler(RequestValidationError, _invalid_request)
     api.add_exception_handler(HTTPException, _http_error)
     api.add_exception_handler(Exception, _server_fault)
-    return Guard(api, allowed_hosts, max_body_bytes)
+    return Guard(api, allowed_hosts, max_body_bytes, tokens=tokens)
 
 
 def _problem(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
@@ -55,9 +68,28 @@ def _problem(body: dict[str, Any], headers: dict[str, str] | None = None) -> Res
                     headers=headers)
 
 
+INTERNAL = (ConfigError, StoreError, BrokerError, WriterFailed, DatabaseMismatch, ModelError)
+"""Errors about the server's own parts: their messages name Redis URLs and users, paths
+and files, which a caller has no business reading. The caller gets what kind of trouble it
+is; the server's log keeps the message."""
+
+INTERNAL_DETAIL = {
+    ConfigError: "the server is misconfigured",
+    StoreError: "the server's database cannot be read or written right now",
+    BrokerError: "the server cannot reach its broker right now",
+    WriterFailed: "the server's writer has stopped",
+    DatabaseMismatch: "the server's broker belongs to another database",
+    ModelError: "the server's embedding model cannot be loaded",
+}
+
+
 async def _memq_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MemqError)
     body = from_error(exc)
+    if isinstance(exc, INTERNAL):
+        log.error("%s %s failed: %s", request.method, request.url.path, exc)
+        kind = next(k for k in INTERNAL_DETAIL if isinstance(exc, k))
+        body["detail"] = f"{INTERNAL_DETAIL[kind]}; its log says why"
     if isinstance(exc, AuthenticationFailed):
         return _problem(body, {"WWW-Authenticate": 'Bearer realm="memq"'})
     if isinstance(exc, Busy):

@@ -1,22 +1,30 @@
-"""What stands in front of the API: a ``Host`` allow-list and a bound on request bodies.
+"""What stands in front of the API: who may send a body, how many, how big and how slowly.
 
-Both are checked before the application parses anything, as a plain ASGI middleware:
+All of it is checked before the application parses anything, as a plain ASGI middleware:
 
 * ``Host`` must name the server (the address it listens on, the loopback names, the
   machine's own names and ``--allow-host``; ``*`` allows any): a rebound DNS name is
   refused with 421, so a web page cannot make a browser talk to the API under its name.
-* A body is read up to ``max_body_bytes`` and no further: a larger one (by its
-  ``Content-Length`` or by what arrives) is refused with 413 before the rest is read.
+  An ``Origin`` (a browser's request) must name an allowed host too, or it gets 403.
+* A request with a body must carry a token the server issued (``tokens``), checked before a
+  byte of the body is read: without one, 401, and the body is never read.
+* At most ``max_bodies`` bodies are read at once (beyond, 503 at once, never queued), each
+  up to ``max_body_bytes`` (by its ``Content-Length`` or by what arrives: 413 before the
+  rest is read) and within ``body_timeout_s`` (408): a body trickled a byte at a time does
+  not hold a place for long, and what bodies hold in memory stays bounded.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from memq.problems import MEDIA_TYPE, problem
+from memq.tokens import Tokens
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -31,15 +39,30 @@ class TooLarge(Exception):
     pass
 
 
-class Guard:
-    """``Guard(app, allowed_hosts, max_body_bytes)`` is an ASGI app."""
+MAX_BODIES = 16
+"""Bodies read at once; with :data:`DEFAULT_MAX_BODY_BYTES`-sized ones, the most the guard
+holds in memory is their product."""
 
-    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str], max_body_bytes: int) -> None:
+BODY_TIMEOUT_S = 30.0
+"""The longest one body may take to arrive whole."""
+
+BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class Guard:
+    """``Guard(app, allowed_hosts, max_body_bytes, tokens=...)`` is an ASGI app."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str], max_body_bytes: int, *,
+                 tokens: Tokens | None = None, max_bodies: int = MAX_BODIES,
+                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.app = app
         hosts = frozenset(h.lower().strip("[]") for h in allowed_hosts)
         self.any_host = "*" in hosts
         self.allowed_hosts = hosts | LOOPBACK_HOSTS
         self.max_body_bytes = max_body_bytes
+        self.tokens = tokens
+        self.body_timeout_s = body_timeout_s
+        self.places = asyncio.Semaphore(max_bodies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,18 +70,54 @@ class Guard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", ())}
-        if not self.any_host and host_name(headers.get("host", "")) not in self.allowed_hosts:
-            await refuse(send, 421, "PermissionDenied", "this host name is not served here")
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            await refuse(send, *refusal)
             return
+        if scope.get("method") in BODILESS and not _declares_body(headers):
+            await self.app(scope, receive, send)
+            return
+        await self._with_body(scope, receive, send)
+
+    def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str, str] | None:
+        """What is wrong with a request before any of its body is read, if anything."""
+        if not self._allowed(headers.get("host", "")):
+            return 421, "PermissionDenied", "this host name is not served here"
+        origin = headers.get("origin")
+        if origin is not None and not self._allowed(urlsplit(origin).netloc):
+            return 403, "PermissionDenied", "requests from this origin are not served here"
+        needs_token = scope.get("method") not in BODILESS or _declares_body(headers)
+        if needs_token and self.tokens is not None and not self._token_ok(headers):
+            return 401, "AuthenticationFailed", ("a bearer token is needed: agent.token "
+                                                 "or admin.token, beside the database")
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
-            await refuse(send, 413, "ValidationError", self._too_large())
+            return 413, "ValidationError", self._too_large()
+        return None
+
+    def _allowed(self, host: str) -> bool:
+        return self.any_host or host_name(host) in self.allowed_hosts
+
+    def _token_ok(self, headers: dict[str, str]) -> bool:
+        assert self.tokens is not None
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and self.tokens.role_of(token.strip()) is not None
+
+    async def _with_body(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.places.locked():
+            await refuse(send, 503, "Busy", "this server reads as many request bodies as it "
+                                            "allows at once; retry in a moment")
             return
-        try:
-            body = await self._read_body(receive)
-        except TooLarge:
-            await refuse(send, 413, "ValidationError", self._too_large())
-            return
+        async with self.places:
+            try:
+                body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+            except TooLarge:
+                await refuse(send, 413, "ValidationError", self._too_large())
+                return
+            except TimeoutError:
+                await refuse(send, 408, "ValidationError", "the request body did not arrive "
+                             f"within {self.body_timeout_s:g} s")
+                return
         await self.app(scope, _replay(body, receive), send)
 
     def _too_large(self) -> str:
@@ -93,13 +152,22 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+EXTRA_HEADERS = {401: [(b"www-authenticate", b'Bearer realm="memq"')],
+                 503: [(b"retry-after", b"1")]}
+
+
 async def refuse(send: Send, status: int, name: str, detail: str) -> None:
     body = orjson.dumps(problem(name, status, detail))
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", MEDIA_TYPE.encode()),
                             (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+                            (b"connection", b"close"), *EXTRA_HEADERS.get(status, [])]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _declares_body(headers: dict[str, str]) -> bool:
+    length = headers.get("content-length", "0")
+    return "transfer-encoding" in headers or not length.isdigit() or int(length) > 0
 
 
 def host_name(header: str) -> str:

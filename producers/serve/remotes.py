@@ -34,7 +34,7 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from memq.authority import Role
-from memq.broker import stream_position
+from memq.broker import inbox_end, stream_position
 from memq.errors import AuthenticationFailed, Busy, FlushTimeout, ValidationError
 from memq.producers.client import MemoryClient
 from memq.tokens import Tokens
@@ -43,6 +43,9 @@ MAX_REMOTES = 10_000
 MAX_WAITS = 8
 """Waits (flushes) one token's callers may hold at once: a wait can last minutes and holds a
 server thread (about 40 in all), so beyond this a caller gets ``Busy`` (503) at once."""
+MAX_QUEUED = 2
+"""Waits one caller may have at once, the one running and one queued behind it: its
+waits run one at a time, so more would hold server threads for nothing."""
 CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 bearer = HTTPBearer(auto_error=False, description="agent.token or admin.token")
@@ -61,33 +64,57 @@ class Remote:
     waits: threading.BoundedSemaphore
     lock: threading.Lock = field(default_factory=threading.Lock)
     turn: threading.Lock = field(default_factory=threading.Lock)
+    queued: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(MAX_QUEUED))
 
     @contextmanager
     def waiting(self, timeout: float, sent: str | None) -> Iterator[float]:
-        """A place among its token's waits, or ``Busy`` now: never queued for one. Then
-        its turn among its caller's waits, or ``FlushTimeout`` once ``timeout`` has passed.
-        Yields the seconds left, ``waiter`` set to wait for ``sent`` and for all ``client``
-        sent."""
+        """Its turn among its caller's waits (at most :data:`MAX_QUEUED`, or ``Busy`` now),
+        or ``FlushTimeout`` once ``timeout`` has passed; only then a place among its
+        token's waits, or ``Busy`` now: never queued for one, so one caller's queued waits
+        hold no place another caller could use. Yields the seconds left, ``waiter`` set to
+        wait for ``sent`` and for all ``client`` sent."""
         deadline = time.monotonic() + timeout
+        if not self.queued.acquire(blocking=False):
+            raise Busy("this client already has as many flushes waiting as it may; "
+                       "retry in a moment")
+        try:
+            with self._turn(timeout), self._place():
+                self._expect(sent)
+                yield max(0.0, deadline - time.monotonic())
+        finally:
+            self.queued.release()
+
+    @contextmanager
+    def _turn(self, timeout: float) -> Iterator[None]:
+        if not self.turn.acquire(timeout=timeout):
+            raise FlushTimeout(f"another flush of this client was still waiting after "
+                               f"{timeout:g} s (they wait one at a time)")
+        try:
+            yield
+        finally:
+            self.turn.release()
+
+    @contextmanager
+    def _place(self) -> Iterator[None]:
         if not self.waits.acquire(blocking=False):
             raise Busy("this server already waits on as many flushes for this token as it "
                        "allows; retry in a moment")
         try:
-            if not self.turn.acquire(timeout=timeout):
-                raise FlushTimeout(f"another flush of this client was still waiting after "
-                                   f"{timeout:g} s (they wait one at a time)")
-            try:
-                self._expect(sent)
-                yield max(0.0, deadline - time.monotonic())
-            finally:
-                self.turn.release()
+            yield
         finally:
             self.waits.release()
 
     def _expect(self, sent: str | None) -> None:
         outbox = self.waiter.outbox
         if sent is not None:
-            outbox.expect(stream_position(sent))
+            position = stream_position(sent)
+            end = inbox_end(outbox.redis, outbox.stream)
+            if position > end:
+                raise ValidationError(
+                    f"Memq-Sent {sent:.45} is beyond what was ever sent ({end[0]}-{end[1]}): "
+                    "a flush can only wait for what a write answered")
+            outbox.expect(position)
         written = self.client.outbox.last_sent  # one read of a tuple: no lock needed
         if written is not None:
             outbox.expect(written)

@@ -3,6 +3,7 @@ its own flushes, and the server's doors (tokens, Host, body size, hostile bodies
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from memq import MemoryClient, RemoteMemoryClient
 from memq.authority import Role
-from memq.config import Config
+from memq.config import ClientConfig, Config
 from memq.embedding import Embedder
 from memq.errors import (
     AuthenticationFailed,
@@ -31,7 +32,7 @@ from memq.producers.context import ContextItem
 from memq.producers.remote import headers
 from memq.producers.serve.remotes import Remote
 from memq.store.read.messages import Message
-from memq.testing import WriterThread
+from memq.testing import WriterThread, free_port
 from tests.embedding_events import send_embeddings
 from tests.producers.serving import Served, serving
 
@@ -155,18 +156,53 @@ def test_a_flush_is_right_on_another_server_and_after_its_client_was_forgotten(
         assert big not in [m.id for m in other.history("s")]
 
 
-def remote_of(client: MemoryClient, places: int) -> Remote:
-    return Remote(client.with_own_outbox(), client.with_own_outbox(),
-                  threading.BoundedSemaphore(places))
+def remote_of(client: MemoryClient, places: int | threading.BoundedSemaphore) -> Remote:
+    shared = places if isinstance(places, threading.BoundedSemaphore) else \
+        threading.BoundedSemaphore(places)
+    return Remote(client.with_own_outbox(), client.with_own_outbox(), shared)
 
 
 def test_a_wait_beyond_the_cap_is_refused_and_its_place_comes_back(config: Config) -> None:
     with MemoryClient(config=config) as client:
-        remote = remote_of(client, 1)
-        with remote.waiting(1.0, None), pytest.raises(Busy), remote.waiting(1.0, None):
+        places = threading.BoundedSemaphore(1)
+        one, other = remote_of(client, places), remote_of(client, places)
+        with one.waiting(1.0, None), pytest.raises(Busy), other.waiting(1.0, None):
             pass
-        with remote.waiting(1.0, None):  # released, also after a refusal
+        with other.waiting(1.0, None):  # released, also after a refusal
             pass
+
+
+def test_one_callers_queued_waits_hold_no_place_another_could_use(config: Config) -> None:
+    """Its waits run one at a time: one queued behind its running one holds no place among
+    the token's, and a third is refused at once."""
+    with MemoryClient(config=config) as client:
+        places = threading.BoundedSemaphore(2)
+        busy, other = remote_of(client, places), remote_of(client, places)
+        queued = threading.Thread(target=_wait_quietly, args=(busy, 0.5))
+        with busy.waiting(5.0, None):
+            queued.start()
+            time.sleep(0.1)  # the second wait of `busy` now queues behind the first
+            with pytest.raises(Busy, match="this client already has"), busy.waiting(1.0, None):
+                pass
+            with other.waiting(1.0, None):  # a place is still there for another caller
+                pass
+        queued.join()
+
+
+def _wait_quietly(remote: Remote, timeout: float) -> None:
+    with contextlib.suppress(FlushTimeout), remote.waiting(timeout, None):
+        pass
+
+
+def test_a_flush_beyond_what_was_ever_sent_is_refused(
+    config: Config, served: Served
+) -> None:
+    """It would wait its whole timeout, holding a place, for what nobody sent."""
+    auth = {"Authorization": f"Bearer {served.token()}"}
+    answer = httpx.post(f"{served.url}/v1/flush", headers=auth,
+                        json={"timeout": 30, "sent": "999999999999-0"})
+    assert answer.status_code == 422
+    assert "beyond what was ever sent" in answer.json()["detail"]
 
 
 def test_a_wait_queued_behind_another_of_its_caller_ends_with_its_own_timeout(
@@ -323,7 +359,8 @@ def test_the_schema_and_its_docs_are_served(served: Served) -> None:
     schema = httpx.get(f"{served.url}/openapi.json").json()
     assert {"/v1/messages", "/v1/messages/batch", "/v1/flush", "/v1/context",
             "/v1/forget/session", "/v1/forget/message"} <= set(schema["paths"])
-    assert httpx.get(f"{served.url}/docs").status_code == 200
+    for page in ("/docs", "/redoc"):  # their scripts would come from a CDN
+        assert httpx.get(f"{served.url}{page}").status_code == 404
     missing = httpx.get(f"{served.url}/v1/nothing-here",
                         headers={"Authorization": f"Bearer {served.token()}"})
     assert (missing.status_code, missing.json()["title"]) == (404, "NotFound")
@@ -413,3 +450,22 @@ def test_a_malformed_client_id_is_refused(served: Served) -> None:
     answer = httpx.get(f"{served.url}/v1/tasks", headers={
         "Authorization": f"Bearer {served.token()}", "Memq-Client-Id": "../" * 30})
     assert (answer.status_code, answer.json()["title"]) == (422, "ValidationError")
+
+
+def test_an_error_of_the_servers_own_parts_names_none_of_them(
+    config: Config, tmp_path: Path
+) -> None:
+    """A caller learns what kind of trouble it is, never the broker's address, its user or
+    the server's paths (the server's log has them)."""
+    dead = f"redis://memq-agent:hunter2@127.0.0.1:{free_port()}/0"
+    broken = config.replace(redis_url=dead, client=ClientConfig(retry_for_s=0.1))
+    with serving(broken, dict.fromkeys(Role, dead), tmp_path) as served:
+        answer = httpx.post(f"{served.url}/v1/messages",
+                            headers={"Authorization": f"Bearer {served.token()}"},
+                            json={"session_id": "s", "role": "user", "content": "x"})
+    body = answer.json()
+    assert answer.status_code >= 500
+    assert body["title"] == "BrokerError"
+    assert "cannot reach its broker" in body["detail"]
+    for secret in ("redis://", "127.0.0.1", "memq-agent", "hunter2", str(tmp_path)):
+        assert secret not in answer.text
