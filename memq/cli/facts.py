@@ -21,6 +21,7 @@ from memq.cli.common import (
     read_database,
     wait_committed,
 )
+from memq.printable import printable
 
 
 def register(sub: Any) -> None:
@@ -98,8 +99,8 @@ def list_facts(args: argparse.Namespace) -> int:
         return 0
     for fact in facts:
         owner = "" if fact.user_id is None else f"{fact.user_id}: "
-        print(f"{owner}{fact.category}/{fact.key} = {fact.value!r}  [{fact.source}, "
-              f"updated {fact.updated_at}]")
+        print(printable(f"{owner}{fact.category}/{fact.key} = {fact.value!r}  "
+                        f"[{fact.source}, updated {fact.updated_at}]", one_line=True))
     if not facts:
         print("no facts" + (f" in category {args.category!r}" if args.category else ""))
     return 0

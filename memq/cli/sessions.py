@@ -13,6 +13,7 @@ from memq.cli.common import (
     print_json,
     read_database,
 )
+from memq.printable import printable
 
 
 def register(sub: Any) -> None:
@@ -46,8 +47,8 @@ def list_sessions(args: argparse.Namespace) -> int:
         owner = info.user_id or "-"
         if info.agent_id:
             owner += f"/{info.agent_id}"
-        print(f"{info.last_active_at}  {info.message_count:>6} msgs  {owner:<24} "
-              f"{info.session_id}")
+        print(printable(f"{info.last_active_at}  {info.message_count:>6} msgs  {owner:<24} "
+                        f"{info.session_id}", one_line=True))
     if not found:
         print("no sessions")
     return 0

@@ -19,6 +19,7 @@ from memq.cli.common import (
     wait_committed,
 )
 from memq.clock import now_utc, to_rfc3339
+from memq.printable import printable
 
 NEXT_RUNS = 5
 """How many upcoming runs ``memq tasks parse`` shows."""
@@ -73,7 +74,8 @@ def add_task(args: argparse.Namespace) -> int:
         wait_committed(client, args.wait)
         task = client.task(task_id)
     trusted = ", trusted" if task.is_trusted else ""
-    print(f"{task_id}  {task.name}  ({task.schedule}{trusted}), next run {task.next_run_at}")
+    print(printable(f"{task_id}  {task.name}  ({task.schedule}{trusted}), next run "
+                    f"{task.next_run_at}", one_line=True))
     return 0
 
 

@@ -125,11 +125,13 @@ def _fact(fact: Any) -> dict[str, Any]:
             "source": fact.source, "user_id": fact.user_id, "updated_at": fact.updated_at}
 
 
-def serve(transport: Literal["stdio", "http"] = "stdio", *, host: str = "127.0.0.1",
-          port: int = 8421, client: ToolsClient | None = None) -> None:
-    """Serve the tools until stopped: over stdio, or streamable HTTP on ``host:port``/mcp."""
-    server = build_server(client)
-    if transport == "stdio":
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+def serve(transport: Literal["stdio"] = "stdio", *, client: ToolsClient | None = None) -> None:
+    """Serve the tools over stdio until stopped (the parent process's trust is the
+    server's). HTTP is ``memq mcp --http``: there every request needs a bearer token, and
+    a foreign ``Host`` or ``Origin`` is refused; this function serves no HTTP without them.
+    """
+    if transport != "stdio":
+        raise ValidationError(
+            f"serve({transport!r}): only 'stdio' here; over HTTP run `memq mcp --http`, "
+            "which asks every request for a bearer token and checks its Host and Origin")
+    build_server(client).run("stdio")

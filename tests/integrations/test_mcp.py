@@ -174,3 +174,21 @@ def test_http_refuses_to_start_without_its_tokens(config: Config) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("memq: error: cannot read ")
     assert "agent.token" in done.stderr
+
+
+def test_the_public_serve_offers_no_unguarded_http() -> None:
+    """HTTP without the bearer token and the Host/Origin checks was one call away."""
+    from memq.errors import ValidationError
+    from memq.integrations.mcp import serve
+
+    with pytest.raises(ValidationError, match="memq mcp --http"):
+        serve("http")  # type: ignore[arg-type]
+
+
+def test_http_refuses_a_browser_request_from_another_origin(http_server: str,
+                                                            config: Config) -> None:
+    token = Tokens.in_directory(Path(config.db_path).resolve().parent).by_role[Role.AGENT]
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    answer = httpx.post(http_server, json=hello, headers={
+        "Authorization": f"Bearer {token}", "Origin": "https://evil.example"})
+    assert answer.status_code == 403

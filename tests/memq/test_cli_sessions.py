@@ -39,6 +39,23 @@ def test_text_and_json(sessions: MemoryClient, config: Config,
         "a", "u1", "support", 1)
 
 
+@pytest.mark.parametrize("hostile", ["s\u202eevil", "line\u2028break", "iso\u2066late",
+                                     "u\u2029p"])
+def test_a_listing_shows_bidi_and_line_separators_escaped(
+    client: MemoryClient, config: Config, capsys: pytest.CaptureFixture[str], hostile: str
+) -> None:
+    """An id is an agent's text: printed raw, a bidirectional override makes the line read
+    differently from what is stored, and a line separator splits it."""
+    client.append(hostile, "user", "hi", user_id=f"owner-{hostile}")
+    client.set_fact("c", f"k-{hostile}", "v")
+    client.flush()
+    for command in (["sessions"], ["facts", "list"]):
+        assert main([*command, "--db", config.db_path]) == 0
+        out = capsys.readouterr().out
+        assert not any(ch in out for ch in "\u202e\u2028\u2029\u2066")
+        assert repr(hostile[-5:])[1:-1] in out or repr(hostile)[1:-1] in out
+
+
 def test_paging_and_filters(sessions: MemoryClient, config: Config,
                             capsys: pytest.CaptureFixture[str]) -> None:
     before = (T0 + timedelta(minutes=3)).isoformat()
