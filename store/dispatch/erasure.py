@@ -16,16 +16,21 @@ The transaction (``store/projections/forgetting.py``) cannot reach two places:
 
 Redis's own persistence keeps what it was sent: with an append-only file (what ``memq up``
 runs), every inbox entry and job is in it until the file is rewritten. So once the jobs
-are deleted, the writer asks Redis to rewrite it from what it holds now (BGREWRITEAOF, in
-the background; best effort: a Redis that refuses, or has no such file, is left as is).
-
-The outcome is published at ``memq:erased:<event id>`` (:func:`outcome`) once done.
+are deleted, a rewrite must run that *starts after* the deletes and ends: one already
+running copies what Redis held before them, and Redis refuses a second meanwhile. The
+:class:`AofRewrites` thread waits for the running one, asks for a new one, waits for it to
+end, and only then publishes the outcome at ``memq:erased:<event id>``, with
+``aof_rewritten`` saying whether it did (a Redis without the file, or that refuses the
+command, is left as it is). Forgets that arrive while it waits share the next rewrite.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import queue
+import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +74,8 @@ class ErasureFollowUp:
         from finishing (memq/replication.py), so the WAL is left to its checkpoints."""
         self.waiting: list[dict[str, Any]] = []
         """Outcomes held back until the WAL could be truncated."""
+        self.rewrites = AofRewrites(connection)
+        """Publishes them once Redis's append-only file no longer holds their text."""
 
     def after_commit(self, effects: Effects) -> None:
         if not effects.erased and not self.waiting:
@@ -96,12 +103,9 @@ class ErasureFollowUp:
         if not truncated:
             log(logger, "the WAL is left to Litestream's checkpoint; the forgotten text stays "
                 "in the replica until Litestream's retention drops it", logging.WARNING)
-        rewrite_append_only_file(self.redis)
         for outcome in self.waiting:
             outcome["wal_truncated"] = truncated
-            self.redis.set(names.ERASED_PREFIX + outcome["event_id"], orjson.dumps(outcome),
-                           ex=OUTCOME_TTL_S)
-            log(logger, "forget done", **outcome)
+        self.rewrites.submit(self.waiting)
         self.waiting = []
 
     def _outcome(self, erasure: Erasure, jobs_deleted: int) -> dict[str, Any]:
@@ -136,16 +140,94 @@ def truncate_wal(conn: apsw.Connection, *, wait: bool = True) -> bool:
     return True
 
 
-def rewrite_append_only_file(connection: redis.Redis) -> bool:
-    """Have Redis rewrite its append-only file, if it keeps one; False if it would not."""
-    try:
-        if connection.config_get("appendonly").get("appendonly") != "yes":
-            return False
-        connection.bgrewriteaof()
-    except redis.exceptions.ResponseError as exc:  # refused (ACL), or one is running
-        log(logger, "the append-only file was not rewritten", logging.WARNING, error=str(exc))
+REWRITE_WAIT_S = 600.0
+"""The longest a forget's outcome waits for Redis's rewrites (a large file takes a while)."""
+
+POLL_S = 0.02
+
+
+class AofRewrites:
+    """Publishes forgets' outcomes once a rewrite of the append-only file that started
+    after their deletes has ended (see the module): one thread, forgets in order, started
+    when there is something to wait for and gone once there is not."""
+
+    def __init__(self, connection: redis.Redis) -> None:
+        self.redis = connection
+        self._pending: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, outcomes: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._pending.put(outcomes)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="memq-aof-rewrites",
+                                                daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                try:
+                    outcomes = self._pending.get_nowait()
+                except queue.Empty:
+                    self._thread = None
+                    return
+                with contextlib.suppress(queue.Empty):
+                    while True:  # those waiting meanwhile share the rewrite
+                        outcomes += self._pending.get_nowait()
+            try:
+                rewritten = rewrite_append_only_file(self.redis)
+            except redis.exceptions.RedisError as exc:
+                log(logger, "the append-only file was not rewritten", logging.WARNING,
+                    error=str(exc))
+                rewritten = False
+            self._publish(outcomes, rewritten)
+
+    def _publish(self, outcomes: list[dict[str, Any]], rewritten: bool) -> None:
+        for outcome in outcomes:
+            outcome["aof_rewritten"] = rewritten
+            try:
+                self.redis.set(names.ERASED_PREFIX + outcome["event_id"],
+                               orjson.dumps(outcome), ex=OUTCOME_TTL_S)
+            except redis.exceptions.RedisError as exc:
+                log(logger, "a forget's outcome could not be published", logging.WARNING,
+                    error=str(exc), event_id=outcome["event_id"])
+                continue
+            log(logger, "forget done", **outcome)
+
+
+def rewrite_append_only_file(connection: redis.Redis, wait_s: float = REWRITE_WAIT_S) -> bool:
+    """Have Redis rewrite its append-only file from what it holds now, and wait until that
+    rewrite has ended: True once it has, False if Redis keeps no such file, refuses, or
+    takes longer than ``wait_s``."""
+    if connection.config_get("appendonly").get("appendonly") != "yes":
         return False
-    return True
+    deadline = time.monotonic() + wait_s
+    while True:
+        if not _rewriting(connection):
+            try:
+                connection.bgrewriteaof()  # scheduled, if a snapshot is being saved
+                break
+            except redis.exceptions.ResponseError as exc:
+                if "already in progress" not in str(exc):  # refused (ACL): say so
+                    log(logger, "the append-only file was not rewritten", logging.WARNING,
+                        error=str(exc))
+                    return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_S)
+    while _rewriting(connection):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_S)
+    return str(connection.info("persistence").get("aof_last_bgrewrite_status")) == "ok"
+
+
+def _rewriting(connection: redis.Redis) -> bool:
+    """A rewrite running or scheduled: one that may copy what Redis held before now."""
+    state = connection.info("persistence")
+    return bool(int(state["aof_rewrite_in_progress"]) or int(state["aof_rewrite_scheduled"]))
 
 
 def sweep_jobs(connection: redis.Redis, erased: Erased) -> int:
