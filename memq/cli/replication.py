@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -14,6 +13,7 @@ from memq import logs, replication
 from memq.cli.common import add_store_options, load_config
 from memq.errors import ConfigError, StoreError
 from memq.progress import Progress
+from memq.signals import stop_on_signals
 
 
 def register(sub: Any) -> None:
@@ -63,10 +63,7 @@ def replicate(args: argparse.Namespace) -> int:
 
 def _stop_on_signal() -> threading.Event:
     """An event that SIGTERM or SIGINT sets (and no longer ends the process)."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
+    return stop_on_signals()
 
 
 def restore(args: argparse.Namespace) -> int:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import socket
 import sys
 import threading
@@ -47,6 +46,7 @@ from memq.cli.common import add_store_options, load_config
 from memq.config import Config, EmbedConfig
 from memq.errors import ConfigError, MemqError
 from memq.logs import LOG_FORMAT_ENV, redact_url
+from memq.signals import stop_on_signals
 from memq.supervisor import ChildSpec, Policy, Supervisor
 
 STOP_FIRST, STOP_WRITER, STOP_REDIS = 0, 1, 2
@@ -121,9 +121,7 @@ def run_up(args: argparse.Namespace) -> int:
     supervisor = Supervisor(_policy(config))
     workers = embed_workers(config.embed, available_cores())
     supervisor.reserve([n for p in PROCESSES for n in copies(p, workers)] + ["redis", "demo"])
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     urls: dict[Role, str] | None = None
     try:
         if not _redis_configured(args, config):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import signal
-import threading
 from typing import Any
 
 from memq import broker, logs
 from memq.cli.common import add_store_options, load_config
+from memq.signals import stop_on_signals
 
 
 def register(sub: Any) -> None:
@@ -28,11 +27,9 @@ def run_writer(args: argparse.Namespace) -> int:
     config = load_config(args)
     # No silent retries inside redis-py: the writer must see every broken connection, as
     # it then re-reads entries whose delivery reply may have been lost (store.inbox).
-    stop = threading.Event()
     # SIGTERM finishes the batch in hand, acknowledges it, and exits 0; taken before the
     # database is opened, so a stop sent as soon as it exists still ends in exit 0.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     writer = open_writer(config, broker.client_for(config, retries=0),
                          rebind=args.rebind)
     try:
