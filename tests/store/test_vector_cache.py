@@ -12,6 +12,7 @@ import pytest
 from memq import MemoryClient
 from memq.clock import now_rfc3339, uuid7
 from memq.config import DEFAULT_MODEL_NAME, Config
+from memq.errors import EventsRejected
 from memq.events import Event, EventType
 from memq.store.read.pool import ReadPool
 from memq.store.read.scope import Scope
@@ -92,7 +93,9 @@ def test_only_the_configured_model_and_dimension_are_used(
     send_embeddings(client, ids[:1], vectors[:1])
     send_embeddings(client, ids[1:2], vectors[1:2], model="another/model")
     small = unit_vectors(1)[:, :16] / np.linalg.norm(unit_vectors(1)[:, :16])
-    send_embeddings(client, ids[2:], small.astype(np.float32))  # right name, 16 dims
+    # The right name with 16 dims: the writer knows the model's size and refuses it.
+    with pytest.raises(EventsRejected, match="vector has 16 dims, but"):
+        send_embeddings(client, ids[2:], small.astype(np.float32))
     found = cache.search(Scope("s1"), vectors[1], -1.0, 10)
     assert [i for i, _ in found] == [ids[0]]
 
