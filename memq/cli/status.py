@@ -1,8 +1,9 @@
 """``memq status [--json]``: the inbox, the writer, the queues, the workers and the database.
 
 Readable at a glance on a terminal, one JSON object with ``--json``. It only reads, and it
-reports what it can: Redis down still shows the database, and the other way round (the
-exit code is then 1, so the command also serves as a health check). Credentials never
+reports what it can: Redis down still shows the database, and the other way round. The exit
+code serves as a health check: 0 healthy, 1 when Redis or the database cannot be read (or
+belong to two databases), 3 when both answer but no writer is running. Credentials never
 appear: the Redis URL is shown redacted.
 """
 
@@ -34,8 +35,21 @@ def show_status(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         print(render(report))
-    healthy = report["redis"]["ok"] and report["database"]["ok"]
-    return 0 if healthy and report["binding"]["ok"] is not False else 1
+    return health_code(report)
+
+
+NO_WRITER = 3
+"""The exit code when Redis and the database answer but no writer has beaten its heart
+within a minute: nothing sent is being committed."""
+
+
+def health_code(report: dict[str, Any]) -> int:
+    """0 healthy; 1 Redis or the database unreadable, or bound to two databases;
+    :data:`NO_WRITER` when only the writer is missing (for scripts and probes)."""
+    readable = report["redis"]["ok"] and report["database"]["ok"]
+    if not readable or report["binding"]["ok"] is False:
+        return 1
+    return 0 if report.get("writer", {}).get("alive") else NO_WRITER
 
 
 def collect(config: Config) -> dict[str, Any]:

@@ -18,6 +18,8 @@ LABELS = {
     "bad_inputs": "hostile inputs refused or stored verbatim",
     "fuzzed": "fuzzed inbox entries, each with a good neighbour committed",
     "fuzzed_set_aside": "  of which set aside with a reason",
+    "stream_ids": "stream ids a sender chose and raw queue items, the writer up after",
+    "read_paths": "generated events of every type applied, then every read answering",
     "redis_restarts": "Redis restarts ridden out",
     "disk_full": "disk-full stalls recovered",
     "failovers": "Redis master failovers (SIGKILL, Sentinel) ridden out",

@@ -28,6 +28,7 @@ from memq.clock import now_rfc3339, uuid7
 from memq.config import Config, EmbedConfig
 from memq.events import MAX_DEPTH, SCHEMAS
 from memq.testing import WriterThread, wait_committed
+from tests.faults import figures
 from tests.faults.test_fuzz_inbox import SESSION, Raw, dumps, setup_events, valid_events
 from tests.producers.serving import serving
 
@@ -137,3 +138,4 @@ def test_every_read_answers_over_what_the_writer_applied(
         batch = data.draw(events(config.embed.model_name))
     send(config, batch)
     read_everything(remote)
+    figures.add("read_paths", len(batch))

@@ -26,6 +26,7 @@ from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
 from memq.events import Event, EventType, encode
 from memq.testing import WriterThread, wait_committed
+from tests.faults import figures
 
 pytestmark = [pytest.mark.faults, pytest.mark.redis]
 
@@ -87,6 +88,7 @@ def test_the_writer_survives_an_id_already_in_its_stream(
     [(stream_id, reason)] = rejected(config)
     assert stream_id == entry_id
     assert "chosen by its sender" in reason
+    figures.add("stream_ids")
     last = admin.xinfo_stream(names.INBOX_STREAM)["last-generated-id"]
     assert broker.plausible(broker.stream_position(last))
 
@@ -142,6 +144,7 @@ def test_no_id_and_no_item_stops_the_others(
     while not all_plausible(admin) and time.monotonic() < deadline:
         time.sleep(0.01)  # a hostile id on another stream: set aside in its own time
     assert all_plausible(admin)
+    figures.add("stream_ids", len(ids) + len(items))
 
 
 def all_plausible(admin: redis.Redis) -> bool:

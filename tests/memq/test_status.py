@@ -244,3 +244,10 @@ def test_status_says_whether_this_redis_belongs_to_this_database(
         assert report["binding"]["ok"] is False
         assert report["binding"]["redis_database_id"] == mine
         assert report["redis"]["belongs_to"]["database_id"] == mine
+
+
+def test_the_exit_code_tells_a_missing_writer_apart(backlog: Config, capsys) -> None:
+    """For scripts and probes: Redis and the database answer, nothing is committing."""
+    redis.Redis.from_url(backlog.redis_url).delete(names.WRITER_HEARTBEAT_KEY)
+    code, report = status_json(capsys, backlog)
+    assert (code, report["writer"]["alive"]) == (3, False)
