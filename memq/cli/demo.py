@@ -67,6 +67,11 @@ OPS: tuple[Turn, ...] = (
 )
 
 
+DEMO_USER = "demo-dana"
+"""Whose conversations and facts the demo writes: a user of its own, so that no other user
+of the database sees the demo's allergy as a global fact."""
+
+
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "demo", help="simulated agents use the running stack; prints one get_context result")
@@ -143,7 +148,8 @@ def _agent(config: Config, session: str, script: Sequence[Turn], timeout: float,
         with MemoryClient(config=config) as client:
             for role, content, importance in script:
                 client.append(session, role, content, importance=importance,
-                              tool_name="shell" if role == "tool" else None)
+                              tool_name="shell" if role == "tool" else None,
+                              user_id=DEMO_USER)
                 time.sleep(0.01)  # agents think between turns; the others interleave
             client.flush(timeout)
     except BaseException as exc:  # reported by the main thread
@@ -155,14 +161,14 @@ def _agent(config: Config, session: str, script: Sequence[Turn], timeout: float,
 
 def _remember(client: Any) -> None:
     _say("facts and a scheduled task")
-    client.set_fact("user", "name", "Dana", source="user")
-    client.set_fact("user", "allergy", "peanuts (severe)", source="user")
+    client.set_fact("user", "name", "Dana", source="user", user_id=DEMO_USER)
+    client.set_fact("user", "allergy", "peanuts (severe)", source="user", user_id=DEMO_USER)
     client.set_fact("project", "billing_deploys", "Tuesdays, blue-green on Kubernetes")
     task_id = client.schedule_task("billing-rollout-check", "every Tuesday at 9am",
                                    "Check that the billing blue-green rollout finished.")
     _say(f"  scheduled task {task_id}: billing-rollout-check, every Tuesday at 9am")
     client.flush()
-    for fact in client.facts():
+    for fact in client.facts(user_id=DEMO_USER):  # the global ones and the demo user's
         _say(f"  fact: {_describe(fact)}")
     for task in client.tasks():
         _say(f"  task: {_describe(task)}")

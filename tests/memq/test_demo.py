@@ -8,6 +8,7 @@ import pytest
 
 from memq import MemoryClient
 from memq.cli import main
+from memq.cli.demo import DEMO_USER
 from memq.config import Config
 from memq.testing import WriterThread
 
@@ -32,7 +33,11 @@ def test_demo_commits_every_agents_turns(config: Config, writer: WriterThread, c
     assert "scheduled task " in out
     assert "get_context(" in out
     with MemoryClient(config=config) as client:
-        assert {f.key for f in client.facts()} == {"name", "allergy", "billing_deploys"}
+        # The user's facts are the demo user's: another user never sees the allergy.
+        assert {f.key for f in client.facts()} == {"billing_deploys"}
+        assert {f.key for f in client.facts(user_id=DEMO_USER)} == {
+            "name", "allergy", "billing_deploys"}
+        assert {s.user_id for s in client.sessions()} == {DEMO_USER}
         assert [t.name for t in client.tasks()] == ["billing-rollout-check"]
 
 
