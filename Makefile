@@ -7,13 +7,23 @@ BIN    := $(VENV)/bin
 MODEL_DIR ?= models/all-MiniLM-L6-v2
 LOCOMO ?= ../shared/data/locomo-dev.json
 
-.PHONY: run test fuzz bootstrap links redis-server shells chromium lint typecheck check bench clean
+.PHONY: run test test-fast fuzz bootstrap links redis-server shells chromium lint typecheck check \
+	bench clean
 
 run: bootstrap
 	$(BIN)/memq up --demo
 
+# The suite mostly waits (on Redis, on processes it starts and stops, on fsync), so it runs
+# in more processes than cores; each takes ports from a range of its own (memq/testing.py).
+TEST_WORKERS ?= 4
+
 test: bootstrap chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+
+# The inner loop, under a minute: the tests that need no Redis, no model and no killed
+# process (markers: redis, model, slow, faults); `make test` runs them all.
+test-fast: bootstrap
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -q -m "not slow and not faults and not model and not redis"
 
 # `make test` runs the inbox fuzzer seeded and bounded; this is the long hunt (any seed).
 FUZZ_EXAMPLES ?= 5000

@@ -12,7 +12,10 @@ so it is not part of the contract that workers and producers import::
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import random
 import shutil
 import socket
 import subprocess
@@ -38,10 +41,29 @@ __all__ = ["RedisServer", "WriterThread", "apply_events", "free_port", "run_queu
            "wait_committed"]
 
 
+PORT_BASE, PORTS_PER_PROCESS = 20_000, 1_000
+"""Test processes run side by side (pytest-xdist's ``gw0``, ``gw1``...) each take ports from
+a range of their own, below the kernel's ephemeral range: a port the kernel hands one
+process for ``bind(0)`` could be handed to another before the first one's server binds it,
+and the two would then talk to each other's servers."""
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now (in this test process's
+    own range when run side by side with others)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit()):
+        return _bindable(0)
+    low = PORT_BASE + int(worker[2:]) * PORTS_PER_PROCESS
+    for port in random.sample(range(low, low + PORTS_PER_PROCESS), 100):
+        with contextlib.suppress(OSError):
+            return _bindable(port)
+    raise MemqError(f"no free port in {low}-{low + PORTS_PER_PROCESS - 1}")
+
+
+def _bindable(port: int) -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", port))
         return int(sock.getsockname()[1])
 
 

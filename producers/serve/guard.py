@@ -8,7 +8,7 @@ All of it is checked before the application parses anything, as a plain ASGI mid
   An ``Origin`` (a browser's request) must name an allowed host too, or it gets 403.
 * A request with a body must carry a token the server issued (``tokens``), checked before a
   byte of the body is read: without one, 401, and the body is never read.
-* At most ``max_bodies`` bodies are read at once (beyond, 503 at once, never queued), each
+* At most ``max_bodies`` bodies are read at once (beyond, 503 after a second's wait), each
   up to ``max_body_bytes`` (by its ``Content-Length`` or by what arrives: 413 before the
   rest is read) and within ``body_timeout_s`` (408): a body trickled a byte at a time does
   not hold a place for long, and what bodies hold in memory stays bounded.
@@ -39,9 +39,12 @@ class TooLarge(Exception):
     pass
 
 
-MAX_BODIES = 16
-"""Bodies read at once; with :data:`DEFAULT_MAX_BODY_BYTES`-sized ones, the most the guard
-holds in memory is their product."""
+MAX_BODIES = 64
+"""Bodies read at once; with ``max_body_bytes``-sized ones, the most the guard holds in
+memory is their product. Small bodies arrive whole at once, so many callers share these."""
+
+PLACE_WAIT_S = 1.0
+"""How long a body waits for a place before it is refused with 503."""
 
 BODY_TIMEOUT_S = 30.0
 """The longest one body may take to arrive whole."""
@@ -104,21 +107,29 @@ class Guard:
         return scheme.lower() == "bearer" and self.tokens.role_of(token.strip()) is not None
 
     async def _with_body(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.places.locked():
+        try:
+            await asyncio.wait_for(self.places.acquire(), PLACE_WAIT_S)
+        except TimeoutError:
             await refuse(send, 503, "Busy", "this server reads as many request bodies as it "
                                             "allows at once; retry in a moment")
             return
-        async with self.places:
-            try:
-                body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
-            except TooLarge:
-                await refuse(send, 413, "ValidationError", self._too_large())
-                return
-            except TimeoutError:
-                await refuse(send, 408, "ValidationError", "the request body did not arrive "
-                             f"within {self.body_timeout_s:g} s")
-                return
-        await self.app(scope, _replay(body, receive), send)
+        try:
+            body = await self._read_in_time(receive, send)
+        finally:
+            self.places.release()
+        if body is not None:
+            await self.app(scope, _replay(body, receive), send)
+
+    async def _read_in_time(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, or None once the caller was told why not (413, 408)."""
+        try:
+            return await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+        except TooLarge:
+            await refuse(send, 413, "ValidationError", self._too_large())
+        except TimeoutError:
+            await refuse(send, 408, "ValidationError", "the request body did not arrive "
+                         f"within {self.body_timeout_s:g} s")
+        return None
 
     def _too_large(self) -> str:
         return f"the request body is over the {self.max_body_bytes} byte limit"

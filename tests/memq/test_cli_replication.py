@@ -28,6 +28,10 @@ def test_backup_then_restore_round_trip(
     db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     copy = tmp_path / "backups" / "monday.db"
+    code, _, err = run(capsys, "backup", "--db", str(db), str(copy))
+    assert (code, err.strip()) == (1, f"memq: error: {copy.parent} is not a directory: "
+                                      "create it first")
+    copy.parent.mkdir()
     code, out, _ = run(capsys, "backup", "--db", str(db), str(copy))
     assert code == 0
     assert "backed up" in out

@@ -25,6 +25,7 @@ from memq import MemoryClient, jobs
 from memq.config import Config, ReplicationConfig
 from memq.store.dispatch.erasure import sweep_jobs
 from memq.testing import WriterThread
+from memq.workers.queues import LoggingWorker
 from tests.conftest import ROOT, memq_command
 
 pytestmark = pytest.mark.redis
@@ -93,7 +94,9 @@ def _rq_queue(connection: redis.Redis) -> Queue:
 
 
 def _worker(connection: redis.Redis) -> SimpleWorker:
-    return SimpleWorker([_rq_queue(connection)], connection=connection, serializer=JSONSerializer)
+    # memq's: RQ's own may wait a minute in its command thread when it ends (workers/queues.py)
+    return LoggingWorker([_rq_queue(connection)], connection=connection,
+                         serializer=JSONSerializer)
 
 
 def _taken(connection: redis.Redis, job: Job) -> SimpleWorker:

@@ -107,6 +107,7 @@ def _step(log: EventLog, made: list[str], i: int, step: str, session: str, arg: 
                  {"messages_before": at(arg), "sessions": [session]}, created_at=at(i))
 
 
+@pytest.mark.slow  # a generated run of several seconds: `make test`, not test-fast
 @settings(max_examples=100, deadline=None)
 @given(STEPS, st.sampled_from([1.0, 0.0]))
 def test_generated_interleavings_rebuild_the_same_with_a_whole_index(

@@ -241,6 +241,7 @@ steps = st.lists(st.one_of(
 OWNER = {"a1": "alice", "a2": "alice", "b1": "bob"}
 
 
+@pytest.mark.slow  # a generated run of several seconds: `make test`, not test-fast
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(steps)
 @example([("append", "a1", True), ("call", "a1", True), ("forget_user", "alice", False),
@@ -445,6 +446,7 @@ message_steps = st.lists(st.one_of(
 ), min_size=1, max_size=14)
 
 
+@pytest.mark.slow  # a generated run of several seconds: `make test`, not test-fast
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(message_steps)
 @example([("append", "a1", True)] * 3 + [("summarise", "a1", 0), ("summarise", "a1", 1),

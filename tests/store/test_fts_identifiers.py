@@ -75,6 +75,7 @@ TURNS = st.lists(st.tuples(st.integers(0, 2), CONTENT, st.booleans(), st.boolean
                  min_size=1, max_size=12)
 
 
+@pytest.mark.slow  # a generated run of several seconds: `make test`, not test-fast
 @pytest.mark.parametrize("share", [1.0, 0.0], ids=["in-place", "bulk"])
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

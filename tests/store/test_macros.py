@@ -316,6 +316,7 @@ _CALLS = st.lists(st.tuples(st.sampled_from(["gone", "kept"]),
                             st.booleans()), min_size=2, max_size=30)
 
 
+@pytest.mark.slow  # a generated run of several seconds: `make test`, not test-fast
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_CALLS, st.lists(st.integers(0, 10**6), max_size=8))
 def test_generated_forgets_never_move_the_macros_left(

@@ -227,6 +227,7 @@ def test_an_owner_that_is_not_an_identifier_is_refused(log: EventLog, bad: str) 
 owner_ids = st.one_of(st.none(), st.sampled_from(["u1", "u2"]))
 
 
+@pytest.mark.slow  # a generated run of several seconds: `make test`, not test-fast
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.lists(st.tuples(st.sampled_from(["s1", "s2"]), owner_ids, owner_ids),
                 min_size=1, max_size=8))
