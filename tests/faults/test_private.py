@@ -4,6 +4,7 @@ end to end, and credentials never in a log line or in ``memq status``."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -330,4 +331,7 @@ def test_memq_up_stops_without_killing_anything_after_jobs_ran(tmp_path: Path) -
             assert stack.stop() == 0, "".join(stack.lines[-30:])
         log = "".join(stack.lines)
         assert "killing it" not in log
-        assert log.count("stopped (exit status 0)") >= 6, log[-3000:]
+        # 0, or -15 for a process SIGTERM found still starting: never the supervisor's -9.
+        statuses = re.findall(r"stopped \(exit status (-?\d+)\)", log)
+        assert len(statuses) >= 6
+        assert set(statuses) <= {"0", "-15"}, log[-3000:]

@@ -103,10 +103,9 @@ def test_many_concurrent_appends_from_one_loop_are_all_committed(
             client.outbox._send = counted  # type: ignore[method-assign]
             sent = await asyncio.gather(*(client.append("s", "user", f"turn {i}")
                                           for i in range(300)))
-            # The first went alone; the others, sent while it was on its way, shared
-            # pipelines rather than taking a round trip each.
+            # Sent while others were on their way, they shared pipelines rather than
+            # taking a round trip each.
             assert sum(pipelines) == 300
-            assert pipelines[0] == 1
             assert len(pipelines) <= 4, pipelines
             await client.flush()
             assert sorted(m.id for m in await client.history("s", 1000)) == sorted(sent)
