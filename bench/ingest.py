@@ -165,6 +165,7 @@ def main() -> None:
         for round_ in range(1, args.rounds + 1):
             config = Config(redis_url=client_url, db_path=str(tmp / f"e2e-{round_}.db"))
             e2e = end_to_end(config, args.messages, url)
+            _fresh(url, args.role)  # a keyspace is bound to one database at a time
             raw = raw_apsw(tmp / f"raw-{round_}.db", args.messages)
             ratios.append(e2e / raw)
             line = (f"round {round_}: end to end {e2e:,.0f} messages/s committed, "
