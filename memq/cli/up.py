@@ -42,7 +42,7 @@ import redis
 
 from memq import acl, broker, names
 from memq.authority import Role
-from memq.cli.common import add_store_options, load_config
+from memq.cli.common import add_store_options, load_config, port
 from memq.config import Config, EmbedConfig
 from memq.errors import ConfigError, MemqError
 from memq.logs import LOG_FORMAT_ENV, redact_url
@@ -97,6 +97,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--metrics", action="store_true", help="also serve Prometheus metrics")
     parser.add_argument("--serve", action="store_true",
                         help="also serve the HTTP API (`memq serve`, 127.0.0.1:8420)")
+    parser.add_argument("--port", type=port, default=DEFAULT_SERVE_PORT,
+                        help="with --serve: the API's port (default 8420)")
     parser.add_argument("--demo", action="store_true",
                         help="run `memq demo` once the stack is ready (fresh data directory only)")
     parser.set_defaults(func=run_up)
@@ -108,6 +110,7 @@ def run_up(args: argparse.Namespace) -> int:
     config = load_config(args, discover_redis=False)
     # Without the model every embed job would fail, quietly, message after message.
     verify(config.embed.model_dir)
+    check_ports(listeners(args, config))
     data_dir = Path(config.db_path).resolve().parent
     # Everything the stack writes is private: the database, Redis's append-only file (every
     # event not yet committed), the URL file. The umask is inherited by every child; an
@@ -185,6 +188,32 @@ def selected(args: argparse.Namespace, registered: set[str]) -> tuple[list[Proce
     return chosen, warnings
 
 
+DEFAULT_SERVE_PORT = 8420
+
+
+def listeners(args: argparse.Namespace, config: Config) -> list[tuple[str, str, int]]:
+    """(process, host, port) of each server ``memq up`` will start."""
+    ops = config.ops
+    wanted = [("serve", "127.0.0.1", args.port), ("dashboard", ops.dashboard_host,
+              ops.dashboard_port), ("metrics", ops.metrics_host, ops.metrics_port)]
+    return [(name, host, number) for name, host, number in wanted if getattr(args, name, False)]
+
+
+def check_ports(wanted: list[tuple[str, str, int]]) -> None:
+    """Refuse at once, naming it, a port something else holds: otherwise the process would
+    be restarted and given up on, stopping the whole stack, and the README's curl commands
+    would reach whatever holds the port."""
+    for name, host, number in wanted:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            try:
+                probe.bind((host, number))
+            except OSError as exc:
+                raise ConfigError(
+                    f"port {number} on {host}, for {name}, is taken ({exc.strerror}): "
+                    f"stop what holds it, or choose another "
+                    f"({'--port' if name == 'serve' else f'[ops] {name}_port'})") from exc
+
+
 def _start_processes(
     supervisor: Supervisor, args: argparse.Namespace, config: Config, env: dict[str, str],
     workers: int, urls: dict[Role, str] | None,
@@ -201,9 +230,12 @@ def _start_processes(
                    f"{embed_workers_reason(config.embed, available_cores())}")
     for process in processes:
         own = env if urls is None else {**env, "MEMQ_REDIS_URL": urls[process.role]}
+        command = process.command
+        if process.name == "serve":
+            command = (*command, "--port", str(args.port))
         for name in copies(process, workers):
             supervisor.add(ChildSpec(
-                name, memq_argv(*process.command), process.stop_order, env=own,
+                name, memq_argv(*command), process.stop_order, env=own,
                 before_stop=drain if process.stop_order == STOP_WRITER else None,
             ))
 

@@ -347,3 +347,34 @@ def test_with_sentinels_each_process_gets_its_roles_url_file(tmp_path: Path) -> 
     assert sentinel_role_urls(args, config) == urls
     assert sentinel_role_urls(Namespace(redis_url="redis://x/0"), config) is None
     assert sentinel_role_urls(args, config.replace(redis=RedisConfig())) is None
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--serve"], "for serve"), (["--serve", "--port", "{port}"], "for serve"),
+    (["--dashboard"], "for dashboard"), (["--metrics"], "for metrics"),
+])
+def test_a_taken_port_stops_up_at_once_naming_it(
+    tmp_path: Path, flags: list[str], named: str
+) -> None:
+    """Before, the server was restarted until the supervisor gave up and stopped the
+    stack, and the README's curl commands reached whatever held the port."""
+    import socket
+
+    from memq.testing import free_port
+
+    port = free_port()
+    settings = tmp_path / "memq.toml"
+    settings.write_text(f"[ops]\ndashboard_port = {port}\nmetrics_port = {port}\n")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        argv = [sys.executable, "-m", "memq", "up", "--db", str(tmp_path / "data" / "memq.db"),
+                "--config", str(settings), *(f.format(port=port) for f in flags)]
+        if flags == ["--serve"]:
+            argv += ["--port", str(port)]
+        env = {**os.environ, "MEMQ_EMBED_MODEL_DIR": str(MODEL_DIR)}
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              check=False, env=env)
+    assert done.returncode == 1
+    assert f"port {port} on 127.0.0.1, {named}, is taken" in done.stderr
+    assert not (tmp_path / "data" / "redis.sock").exists()  # nothing was started
