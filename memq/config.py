@@ -21,6 +21,7 @@ agrees, wherever it was started from:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -543,8 +544,24 @@ def load(
     configured = redis_url or env.get("MEMQ_REDIS_URL") or "redis_url" in data
     if discover_redis and not configured:
         found = private_redis_url(config.db_path, role)
+        if found is None:
+            _say_default(config)
         config = config.replace(redis_url=found or config.redis_url)
     return config
+
+
+_said: set[str] = set()
+
+
+def _say_default(config: Config) -> None:
+    """Say once per process which Redis was chosen, and why: the default may be another
+    service's Redis, not memq's."""
+    if config.redis_url in _said:
+        return
+    _said.add(config.redis_url)
+    logging.getLogger("memq.config").warning(
+        "no Redis configured (no MEMQ_REDIS_URL, no redis_url in memq.toml, no `memq up` "
+        "data directory beside %s): using %s", config.db_path, config.redis_url)
 
 
 def _absolute_model_dir(config: Config, file_dir: Path | None, *, from_file: bool) -> Config:

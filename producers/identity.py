@@ -11,6 +11,7 @@ agree it never asks again.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -22,9 +23,11 @@ import redis.asyncio
 from memq import identity, names
 from memq.broker import translated
 from memq.errors import BrokerError, DatabaseMismatch, PermissionDenied
-from memq.logs import redact_url
+from memq.logs import log, redact_url
 from memq.store.read.identity import database_id
 from memq.store.read.pool import Reader
+
+logger = logging.getLogger("memq.client")
 
 RECHECK_S = 1.0
 """How often an undecided check asks Redis again."""
@@ -54,6 +57,7 @@ class DatabaseVet:
         self.agreed = False
         self._next_check = 0.0
         self._mismatch: DatabaseMismatch | None = None
+        self._warned = False
         self._lock = threading.Lock()
 
     def __call__(self, conn: Reader | None) -> bool:
@@ -77,6 +81,7 @@ class DatabaseVet:
 
     def _decide(self, claim: identity.Claim | None, conn: Reader | None) -> bool:
         if claim is None:
+            self._warn_unclaimed()
             return False
         if conn is None:
             if self.db_path.exists():
@@ -87,6 +92,16 @@ class DatabaseVet:
             return True
         self._refuse(claim, f"database {ours} ({self.db_path})")
         return False
+
+    def _warn_unclaimed(self) -> None:
+        """Once: a Redis no writer has claimed may be nobody's memq (another service on the
+        default port, say), and what is sent there is never committed."""
+        if self._warned:
+            return
+        self._warned = True
+        log(logger, "no memq writer has claimed this Redis yet: what this client sends waits "
+            "there until `memq writer` (or `memq up`) runs against it; is it the Redis you "
+            "meant?", logging.WARNING, redis=redact_url(self.url), db=str(self.db_path))
 
     def _refuse(self, claim: identity.Claim, ours: str) -> None:
         self._mismatch = DatabaseMismatch(

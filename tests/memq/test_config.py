@@ -26,6 +26,22 @@ def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert cfg.consolidation.interval_hours == 6.0
 
 
+def test_the_default_redis_is_named_with_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default may be another service's Redis: say which was chosen, once."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(config, "_said", set())
+    for _ in range(2):
+        config.load(env={})
+    said = [r.getMessage() for r in caplog.records if r.name == "memq.config"]
+    assert said == [f"no Redis configured (no MEMQ_REDIS_URL, no redis_url in memq.toml, no "
+                    f"`memq up` data directory beside data/memq.db): using "
+                    f"{config.DEFAULT_REDIS_URL}"]
+    config.load(env={"MEMQ_REDIS_URL": "redis://elsewhere:6379/0"})
+    assert len([r for r in caplog.records if r.name == "memq.config"]) == 1
+
+
 def test_file_values_and_env_override(tmp_path: Path) -> None:
     path = write(tmp_path, 'db_path = "x.db"\nredis_url = "redis://file"\n'
                            '[retrieval]\nsemantic_threshold = 0.5\nrecency_limit = 3\n')

@@ -59,11 +59,15 @@ def test_the_right_database_is_checked_once(
 
 
 def test_reads_go_on_while_nothing_can_be_told(
-    make_client: Any, config: Config, tmp_path: Path) -> None:
+    make_client: Any, config: Config, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # No writer has claimed this Redis yet, and then no Redis at all: reads still answer.
     local = elsewhere(config, tmp_path, create=True)
     with make_client(config=local) as client:
         assert client.history("s") == []
+        assert client.history("s") == []
+    warned = [r for r in caplog.records if "no memq writer has claimed" in r.getMessage()]
+    assert len(warned) == 1  # said once, not on every read
     gone = local.replace(redis_url="redis://127.0.0.1:9/0")
     with make_client(config=gone) as client:
         assert client.get_context("s") == []
