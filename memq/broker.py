@@ -24,7 +24,7 @@ from redis.sentinel import Sentinel, SentinelManagedConnection
 from redis.utils import SENTINEL
 
 from memq import names
-from memq.config import Config
+from memq.config import Config, say_default
 from memq.errors import BrokerError, ConfigError, PermissionDenied
 from memq.logs import redact_url
 from memq.redis_config import RedisConfig
@@ -70,6 +70,7 @@ def client_for(
     sentinels``, the current master of ``[redis] service``, asked of the sentinels again on
     every new connection, so a failover is followed without a restart.
     """
+    say_default(config.redis_url)
     return connect(config.redis_url, timeout_s=timeout_s, retries=retries,
                    client_name=client_name, sentinel=config.redis)
 

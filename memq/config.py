@@ -545,23 +545,28 @@ def load(
     if discover_redis and not configured:
         found = private_redis_url(config.db_path, role)
         if found is None:
-            _say_default(config)
+            DEFAULTED[config.redis_url] = config.db_path
         config = config.replace(redis_url=found or config.redis_url)
     return config
 
 
-_said: set[str] = set()
+DEFAULTED: dict[str, str] = {}
+"""Redis URLs :func:`load` fell back to (with the database it was loading for): the first
+connection to one says which Redis was chosen and why (:func:`memq.broker.client_for`),
+since the default may be another service's Redis, not memq's."""
 
 
-def _say_default(config: Config) -> None:
-    """Say once per process which Redis was chosen, and why: the default may be another
-    service's Redis, not memq's."""
-    if config.redis_url in _said:
-        return
-    _said.add(config.redis_url)
-    logging.getLogger("memq.config").warning(
-        "no Redis configured (no MEMQ_REDIS_URL, no redis_url in memq.toml, no `memq up` "
-        "data directory beside %s): using %s", config.db_path, config.redis_url)
+_SAID: set[str] = set()
+
+
+def say_default(url: str) -> None:
+    """Once per process and URL, if :func:`load` chose ``url`` for want of any other."""
+    db_path = DEFAULTED.get(url)
+    if db_path is not None and url not in _SAID:
+        _SAID.add(url)
+        logging.getLogger("memq.config").warning(
+            "no Redis configured (no MEMQ_REDIS_URL, no redis_url in memq.toml, no `memq up` "
+            "data directory beside %s): using %s", db_path, url)
 
 
 def _absolute_model_dir(config: Config, file_dir: Path | None, *, from_file: bool) -> Config:

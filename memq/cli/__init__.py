@@ -45,15 +45,42 @@ GROUPS = (
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
 
+SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("start here", ("up", "status", "demo", "context", "sessions")),
+    ("the person's", ("facts", "tasks", "allow", "revoke", "allowed", "forget", "rejected",
+                      "acl")),
+    ("operate", ("writer", "worker", "scheduler", "serve", "mcp", "dashboard", "metrics",
+                 "replicate")),
+    ("maintenance", ("migrate", "rebuild", "backup", "restore", "fetch-model",
+                     "backfill-embeddings", "consolidate")),
+)
+"""How ``memq --help`` groups the commands (a test checks every command is in one)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="memq", description="memq: the state and memory service for AI agents."
+        prog="memq", description="memq: the state and memory service for AI agents.",
+        usage="memq [-h] [--version] COMMAND ...",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"memq {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                help=argparse.SUPPRESS)
     for group in GROUPS:
         group.register(sub)
+    parser.epilog = _sections(sub)
     return parser
+
+
+def _sections(sub: argparse._SubParsersAction) -> str:  # type: ignore[type-arg]
+    """The commands by section, each with its one-line help; `memq COMMAND -h` for more."""
+    helps = {action.dest: action.help or "" for action in sub._choices_actions}
+    lines = []
+    for title, names in SECTIONS:
+        lines.append(f"{title}:")
+        lines += [f"  {name:<21}{helps.get(name, '')}" for name in names]
+    lines.append("\n`memq COMMAND -h` says more about one command.")
+    return "\n".join(lines)
 
 
 def command_parsers() -> dict[str, argparse.ArgumentParser]:

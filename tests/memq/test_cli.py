@@ -161,3 +161,16 @@ def test_a_number_too_long_in_the_config_is_reported(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "holds a number too long to read" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_help_groups_every_command_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """`memq --help` by section, starting with `up`; a new command must take a place."""
+    from memq.cli import SECTIONS, command_names
+
+    listed = [name for _, names in SECTIONS for name in names]
+    assert sorted(listed) == sorted(command_names())
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert out.index("start here:") < out.index("  up ") < out.index("operate:")
+    assert "memq [-h] [--version] COMMAND ..." in out

@@ -29,16 +29,20 @@ def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_the_default_redis_is_named_with_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The default may be another service's Redis: say which was chosen, once."""
+    """The default may be another service's Redis: say which was chosen, once, when it is
+    first connected to (a command that never reaches Redis says nothing)."""
+    from memq import broker
+
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(config, "_said", set())
+    monkeypatch.setattr(config, "DEFAULTED", {})
+    monkeypatch.setattr(config, "_SAID", set())
     for _ in range(2):
-        config.load(env={})
+        broker.client_for(config.load(env={}))
     said = [r.getMessage() for r in caplog.records if r.name == "memq.config"]
     assert said == [f"no Redis configured (no MEMQ_REDIS_URL, no redis_url in memq.toml, no "
                     f"`memq up` data directory beside data/memq.db): using "
                     f"{config.DEFAULT_REDIS_URL}"]
-    config.load(env={"MEMQ_REDIS_URL": "redis://elsewhere:6379/0"})
+    broker.client_for(config.load(env={"MEMQ_REDIS_URL": "redis://elsewhere:6379/0"}))
     assert len([r for r in caplog.records if r.name == "memq.config"]) == 1
 
 
