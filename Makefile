@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 MODEL_DIR ?= models/all-MiniLM-L6-v2
 LOCOMO ?= ../shared/data/locomo-dev.json
 
-.PHONY: run test test-fast fuzz bootstrap links redis-server shells chromium lint typecheck check \
+.PHONY: run test test-fast fuzz bootstrap bootstrap-dev links redis-server shells chromium lint typecheck check \
 	bench clean
 
 run: bootstrap
@@ -17,26 +17,34 @@ run: bootstrap
 # in more processes than cores; each takes ports from a range of its own (memq/testing.py).
 TEST_WORKERS ?= 4
 
-test: bootstrap chromium
+test: bootstrap-dev chromium
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # The inner loop, under a minute: the tests that need no Redis, no model and no killed
 # process (markers: redis, model, slow, faults); `make test` runs them all.
-test-fast: bootstrap
+test-fast: bootstrap-dev
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -q -m "not slow and not faults and not model and not redis"
 
 # `make test` runs the inbox fuzzer seeded and bounded; this is the long hunt (any seed).
 FUZZ_EXAMPLES ?= 5000
 FUZZ_SEED ?= $(shell date +%s)
-fuzz: bootstrap
+fuzz: bootstrap-dev
 	MEMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MEMQ_FUZZ_SEED=$(FUZZ_SEED) \
 	  $(BIN)/python -m pytest -q tests/faults/test_fuzz_inbox.py
 
+# `make run` needs the runtime alone; the tests, linters and benchmarks add the dev extras
+# (pytest, mypy, ruff and every agent framework the adapters are tested against).
 bootstrap: links $(VENV)/.installed $(MODEL_DIR)/.verified redis-server shells
+
+bootstrap-dev: bootstrap $(VENV)/.installed-dev
 
 $(VENV)/.installed: pyproject.toml | links
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
@@ -72,15 +80,15 @@ chromium:
 	  echo "installing chromium"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 
-typecheck: $(VENV)/.installed
+typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
 check: lint typecheck test
 
-bench: bootstrap
+bench: bootstrap-dev
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/durability.py
 	$(BIN)/python bench/context.py
@@ -110,7 +118,7 @@ MUTATE_SCHEMA = memq/events/fields.py,memq/events/envelope.py
 GUARD_SCHEMA = tests/memq/test_events.py tests/faults/test_hostile_inbox.py \
 	tests/faults/test_hostile_client.py
 
-mutation: $(VENV)/.installed
+mutation: $(VENV)/.installed-dev
 	$(BIN)/pip install --quiet -e '.[dev,mutation]'
 	-$(BIN)/mutmut run --paths-to-mutate $(MUTATE_WRITER) --tests-dir tests \
 	  --runner "$(BIN)/python -m pytest -x -q -p no:randomly $(GUARD_WRITER)"

@@ -416,3 +416,10 @@ def test_a_0644_seed_database_ends_0600_with_its_wal_and_shm(tmp_path: Path) -> 
     keeper.close()
     conn = open_connection(path, readonly=True)
     assert "make test" in approved_prefixes(conn)
+
+
+def test_the_documented_layout_is_the_one_tested() -> None:
+    """docs/legacy-layout.md shows the seed's DDL: the same SQL these tests build from."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "legacy-layout.md").read_text()
+    block = doc.split("```sql\n", 1)[1].split("```", 1)[0]
+    assert block.strip() == SEED_SCHEMA.strip()
