@@ -343,6 +343,35 @@ def tombstone(cur: apsw.Cursor, seq: int, by: int, effects: Effects) -> None:
     effects.tombstoned.add(seq)
 
 
+T = EventType
+BY_SESSION, BY_MESSAGE, BY_USER = "session", "message", "user"
+ERASURE: dict[str, str] = {
+    # Every event logged in a forgotten session (the statement takes them all by session).
+    T.MESSAGE_APPENDED: BY_SESSION, T.MESSAGE_IMPORTED: BY_SESSION,
+    T.SESSION_CONSOLIDATED: BY_SESSION, T.MACRO_OBSERVED: BY_SESSION,
+    T.MACRO_USED: BY_SESSION,
+    # Workers' results, which name a message but no session (_TOMBSTONE_RESULTS).
+    T.MESSAGE_EMBEDDED: BY_MESSAGE, T.MESSAGE_EMBEDDING_FAILED: BY_MESSAGE,
+    # A user's own, named by its user_id (_TOMBSTONE_FACTS, _TOMBSTONE_DOCUMENTS).
+    T.FACT_SET: BY_USER, T.FACT_DELETED: BY_USER,
+    T.DOCUMENT_PUT: BY_USER, T.DOCUMENT_DELETED: BY_USER, T.DOCUMENT_TOUCHED: BY_USER,
+    # No user's data: kept.
+    T.FACT_IMPORTED: "none: the seed's facts are global, of no user",
+    T.MACRO_IMPORTED: "none: a learned pattern, without any call's arguments",
+    T.TASK_SCHEDULED: "none: the schedule is the person's or an agent's, of no user",
+    T.TASK_CHANGED: "none: as task.scheduled", T.TASK_DELETED: "none: as task.scheduled",
+    T.TASK_IMPORTED: "none: as task.scheduled",
+    T.TASK_FIRED: "none: a run of a schedule, in the task's own session",
+    T.PREFIX_ALLOWED: "none: the person's approval", T.PREFIX_REVOKED: "none: as allowed",
+    T.CONSOLIDATION_REQUESTED: "none: a request naming a session, no content",
+    T.RETENTION_APPLIED: "none: names the sessions a pass erased, no content",
+    T.SESSION_FORGOTTEN: "none: the erasing event names what it erased, no content",
+    T.MESSAGE_FORGOTTEN: "none: as session.forgotten",
+    T.USER_FORGOTTEN: "none: as session.forgotten",
+}
+"""How a forget reaches each event type's payload; a test checks every type has a line and
+that the statements above name exactly the types marked by message and by user."""
+
 APPLIERS: dict[str, Applier] = {
     EventType.SESSION_FORGOTTEN: apply_session_forgotten,
     EventType.USER_FORGOTTEN: apply_user_forgotten,
