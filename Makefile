@@ -48,11 +48,11 @@ $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-# store/, producers/ and workers/ reach the package as the symlinks memq/store, memq/producers
-# and memq/workers. A checkout made without symlinks (git's core.symlinks=false, an archive)
+# store/, producers/, workers/ and server/ reach the package as the symlinks memq/store,
+# memq/producers, memq/workers and memq/server. A checkout made without symlinks (git's core.symlinks=false, an archive)
 # holds each as a small file naming its target: put the links back.
 links:
-	@for n in store producers workers; do \
+	@for n in store producers workers server; do \
 	  [ -L memq/$$n ] || [ -d memq/$$n ] || { rm -f memq/$$n && ln -s ../$$n memq/$$n && \
 	    echo "memq/$$n: symlink restored"; }; \
 	done

@@ -4,8 +4,10 @@
                          (memq/testing.py) compose them and may import all three
     memq.store           never imports memq.producers or memq.workers
     memq.workers         never imports memq.store, and never opens a database
-    memq.producers       never imports memq.workers; of the store, only its read side
-                         (memq.store.read); and runs no SQL of its own (no apsw)
+    memq.producers       never imports memq.workers or memq.server; of the store, only its
+                         read side (memq.store.read); and runs no SQL of its own (no apsw)
+    memq.server          (`memq serve`) never imports memq.workers; of the store, only its
+                         read side; no SQL of its own
     bench                never imports tests
     memq.integrations    each adapter imports only memq's public facade (`from memq import
                          ...`), the standard library, the package's own helpers and its
@@ -25,7 +27,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ROLES = ("memq.store", "memq.producers", "memq.workers")
+ROLES = ("memq.store", "memq.producers", "memq.workers", "memq.server")
+ROLE_FOLDERS = ("store", "producers", "workers", "server")
 DATABASE_DRIVERS = ("apsw", "sqlite3")
 
 # memq/__init__.py is the public facade: it names the client and its result types for the
@@ -59,7 +62,7 @@ def contract_files() -> list[Path]:
 
 
 def _under_role(path: Path) -> bool:
-    return path.relative_to(ROOT / "memq").parts[0] in {"store", "producers", "workers"}
+    return path.relative_to(ROOT / "memq").parts[0] in ROLE_FOLDERS
 
 
 def violations(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
@@ -77,7 +80,8 @@ def violations(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
     [
         ("store", ("memq.producers", "memq.workers")),
         ("workers", ("memq.store", *DATABASE_DRIVERS)),
-        ("producers", ("memq.workers", *DATABASE_DRIVERS)),
+        ("producers", ("memq.workers", "memq.server", *DATABASE_DRIVERS)),
+        ("server", ("memq.workers", *DATABASE_DRIVERS)),
         ("bench", ("tests",)),
     ],
 )
@@ -85,8 +89,9 @@ def test_role_imports(folder: str, forbidden: tuple[str, ...]) -> None:
     assert violations(files(folder), forbidden) == []
 
 
-def test_producers_use_only_the_stores_read_side() -> None:
-    found = [v for v in violations(files("producers"), ("memq.store",))
+@pytest.mark.parametrize("folder", ["producers", "server"])
+def test_readers_use_only_the_stores_read_side(folder: str) -> None:
+    found = [v for v in violations(files(folder), ("memq.store",))
              if not v.split(" imports ")[1].startswith("memq.store.read")]
     assert found == []
 
@@ -98,9 +103,9 @@ def test_the_contract_imports_no_role() -> None:
 
 
 def test_roles_are_imported_under_memq() -> None:
-    everything = [p for folder in ("memq", "store", "producers", "workers", "tests", "bench")
+    everything = [p for folder in ("memq", *ROLE_FOLDERS, "tests", "bench")
                   for p in files(folder)]
-    assert violations(everything, ("store", "producers", "workers")) == []
+    assert violations(everything, ROLE_FOLDERS) == []
 
 
 def test_the_walk_sees_a_forbidden_import(tmp_path: Path) -> None:
@@ -110,7 +115,7 @@ def test_the_walk_sees_a_forbidden_import(tmp_path: Path) -> None:
 
 
 def test_the_role_folders_are_the_packages_under_memq() -> None:
-    for role in ("store", "producers", "workers"):
+    for role in ROLE_FOLDERS:
         link = ROOT / "memq" / role
         assert link.is_symlink(), role
         assert link.resolve() == ROOT / role, role
@@ -128,7 +133,7 @@ def sql_literals(path: Path) -> list[str]:
 
 
 def test_sql_lives_in_store() -> None:
-    outside = [p for folder in ("memq", "producers", "workers") for p in files(folder)
+    outside = [p for folder in ("memq", "producers", "workers", "server") for p in files(folder)
                if not _folder_is_role(p, "store")]
     assert [hit for path in outside for hit in sql_literals(path)] == []
     assert sql_literals(ROOT / "store" / "read" / "messages.py")  # the check sees SQL
@@ -159,7 +164,7 @@ def top_level_imports(path: Path) -> set[str]:
 
 
 def test_no_import_cycles() -> None:
-    paths = [p for folder in ("memq", "store", "producers", "workers") for p in files(folder)]
+    paths = [p for folder in ("memq", *ROLE_FOLDERS) for p in files(folder)]
     graph = {module_name(p): top_level_imports(p) for p in paths}
     graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
     cycles = []

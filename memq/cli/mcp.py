@@ -18,7 +18,7 @@ from typing import Any
 
 from memq.authority import Role
 from memq.cli.common import add_store_options, load_config, port
-from memq.producers.serve.guard import ASGIApp, Receive, Scope, Send
+from memq.server.guard import ASGIApp, Receive, Scope, Send
 from memq.tokens import Tokens
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -65,7 +65,7 @@ def serve_http(server: Any, tokens: Tokens, args: argparse.Namespace) -> None:
     from mcp.server.transport_security import TransportSecuritySettings
 
     from memq.cli.serve import allowed_hosts
-    from memq.producers.serve.guard import Guard
+    from memq.server.guard import Guard
 
     # The guard checks Host with memq serve's list; the SDK's own check (loopback names
     # only, when bound there) would refuse the names --allow-host adds.

@@ -1,4 +1,4 @@
-"""``memq serve``: the client's operations over HTTP (``memq.producers.serve``).
+"""``memq serve``: the client's operations over HTTP (``memq.server``).
 
 Bearer tokens stand for roles: ``agent.token`` and ``admin.token`` (0600, made beside the
 database when missing). Each role's requests run on a client with that role's own Redis
@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from memq.producers.serve.app import create_app
+    from memq.server.app import create_app
 
     logs.setup()
     config = load_config(args)

@@ -17,7 +17,7 @@ import uvicorn
 from memq import MemoryClient, RemoteMemoryClient
 from memq.authority import Role
 from memq.config import Config
-from memq.producers.serve.app import create_app
+from memq.server.app import create_app
 from memq.testing import free_port
 from memq.tokens import SERVED_ROLES, Tokens
 from tests.producers.aio_adapter import SyncOverAsync

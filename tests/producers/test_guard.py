@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from memq.producers.serve.guard import Guard
+from memq.server.guard import Guard
 from memq.testing import free_port
 from memq.tokens import Tokens
 

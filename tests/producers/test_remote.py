@@ -30,7 +30,7 @@ from memq.errors import (
 )
 from memq.producers.context import ContextItem
 from memq.producers.remote import headers
-from memq.producers.serve.remotes import Remote
+from memq.server.remotes import Remote
 from memq.store.read.messages import Message
 from memq.testing import WriterThread, free_port
 from tests.embedding_events import send_embeddings

@@ -33,9 +33,9 @@ from memq.errors import (
 )
 from memq.problems import MEDIA_TYPE, from_error, problem
 from memq.producers.client import MemoryClient
-from memq.producers.serve.guard import Guard
-from memq.producers.serve.remotes import MAX_REMOTES, MAX_WAITS, Remotes
-from memq.producers.serve.routes import router
+from memq.server.guard import Guard
+from memq.server.remotes import MAX_REMOTES, MAX_WAITS, Remotes
+from memq.server.routes import router
 from memq.tokens import Tokens
 
 log = logging.getLogger("memq.serve")

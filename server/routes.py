@@ -16,8 +16,8 @@ from fastapi.responses import Response
 from memq.producers.context import ContextItem
 from memq.producers.macros import MacroSuggestion
 from memq.producers.prefixes import AllowedPrefix
-from memq.producers.serve import bodies as b
-from memq.producers.serve.remotes import Remote, caller
+from memq.server import bodies as b
+from memq.server.remotes import Remote, caller
 from memq.store.read.documents import Document
 from memq.store.read.facts import Fact, FactChange
 from memq.store.read.messages import Message
