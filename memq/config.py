@@ -121,8 +121,12 @@ class RetrievalConfig:
     query_cache_size: int = 256
     vector_cache_max_vectors: int = 200_000
     # The `recall` profile (see producers/fusion.py for what each one means).
-    recall_budget: int = 20
-    recall_recency_limit: int = 2
+    recall_budget: int = 30
+    """Items ``get_context`` returns at most: the recent window, the important turns, then
+    relevance from beyond them (20 with the defaults)."""
+    recall_recency_limit: int = 10
+    """The session's last turns, always returned, with or without a query: an agent that
+    asks for its context before answering must not lose what was said three turns ago."""
     recall_importance_limit: int = 2
     recall_candidates: int = 50
     recall_lexical_weight: float = 0.5

@@ -69,7 +69,7 @@ def test_the_bench_runs_on_any_file_of_the_shape(
     recall = scores["recall"]
     assert recall.mean() == 1.0  # both questions: every evidence turn comes back
     assert len(recall.latency) == 2
-    assert all(n <= 20 for n in recall.items)
+    assert all(n <= 30 for n in recall.items)  # the 10-turn window and 20 more at most
     assert scores["tri-hybrid"].mean() < 1.0  # its cosine cut misses the match
     for name in scores:
         assert name in out

@@ -20,7 +20,8 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def fill(client: MemoryClient) -> list[str]:
-    texts = [f"Filler {i} about the weekly sync." for i in range(10)]
+    # Sixteen: the ferry turns (3, 4) lie beyond the recent window of 10.
+    texts = [f"Filler {i} about the weekly sync." for i in range(16)]
     texts[3] = "Did you book the ferry to Skye?"
     texts[4] = "Yes, for the ninth."
     ids = [client.append("s1", "user", text) for text in texts]

@@ -365,19 +365,22 @@ def test_recall_keeps_recency_and_the_budget(
     ids = record(client, conversation(), embedder)
     query = "What happened with the basement and the puzzle?"
     items = client.get_context("s1", query)
-    # Only turns with evidence come after recency: here fewer than the budget.
-    assert 2 < len(items) <= 20
-    assert [item.id for item in items if "recency" in item.branches] == ids[-2:]
+    # The thread of the conversation (the last 10 turns) always; only turns with evidence
+    # come after it: here fewer than the budget.
+    assert 10 < len(items) <= 30
+    assert [item.id for item in items if "recency" in item.branches] == ids[-10:]
     assert all(item.fused is not None for item in items if "recency" not in item.branches)
     order = [(i.created_at, i.id) for i in items]
     assert order == sorted(order)  # oldest first
-    tight = recall_client(config, clients, embedder, recall_budget=8)
+    tight = recall_client(config, clients, embedder, recall_budget=8,
+                          recall_recency_limit=2)
     kept = tight.get_context("s1", query)
     assert len(kept) == 8
     assert [item.id for item in kept if "recency" in item.branches] == ids[-2:]
     best = sorted((i for i in items if "recency" not in i.branches),
                   key=lambda i: -(i.fused or 0))
-    assert {i.id for i in kept} - set(ids[-2:]) <= {i.id for i in best[:6 + 2]}
+    window = set(ids[-10:])
+    assert {i.id for i in kept} - set(ids[-2:]) <= {i.id for i in best[:6 + 2]} | window
     small = recall_client(config, clients, embedder, recall_budget=1)
     assert [item.id for item in small.get_context("s1", "basement")] == ids[-1:]
 
@@ -405,7 +408,8 @@ def test_recall_without_a_query_is_recency_and_importance(
                               importance=0.95)
     client.flush()
     items = client.get_context("s1")
-    assert [item.id for item in items] == [*ids[-1:], important]
+    # The last 10 turns (the important one is the newest of them), nothing else.
+    assert [item.id for item in items] == [*ids[-9:], important]
     assert items[-1].branches == ("recency", "importance")
     assert all(item.fused is None and item.lexical is None for item in items)
 
