@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 MODEL_DIR ?= models/all-MiniLM-L6-v2
 LOCOMO ?= ../shared/data/locomo-dev.json
 
-.PHONY: run test test-fast fuzz bootstrap bootstrap-dev links redis-server shells chromium lint typecheck check \
+.PHONY: run test test-fast docs fuzz bootstrap bootstrap-dev links redis-server shells chromium lint typecheck check \
 	bench clean
 
 run: bootstrap
@@ -17,8 +17,12 @@ run: bootstrap
 # in more processes than cores; each takes ports from a range of its own (memq/testing.py).
 TEST_WORKERS ?= 4
 
-test: bootstrap-dev chromium
+test: bootstrap-dev chromium docs
 	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+
+# The documentation site (docs/, mkdocs.yml): --strict, so a broken link fails the build.
+docs: bootstrap-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The inner loop, under a minute: the tests that need no Redis, no model and no killed
 # process (markers: redis, model, slow, faults); `make test` runs them all.

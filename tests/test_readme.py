@@ -1,4 +1,5 @@
-"""The README's Python examples run as printed against the stack `make run` starts.
+"""The Python examples of the README and of the documentation's pages (docs/) run as
+printed against the stack `make run` starts.
 
 A fresh directory is laid out as a clone is after `make bootstrap` (the model files under
 ``models/``); ``memq up`` runs there as `make run` would; then every fenced ``python``
@@ -28,8 +29,22 @@ pytestmark = [pytest.mark.redis, pytest.mark.model, pytest.mark.slow]
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
+PAGES = ["README.md", *(f"docs/{page}" for page in (
+    "architecture.md", "agents.md", "adapters.md", "cli.md", "configuration.md",
+    "operations.md", "security.md", "reliability.md", "retrieval.md", "benchmarks.md",
+    "legacy-layout.md", "index.md"))]
+"""The README, then the documentation's pages in the site's order (mkdocs.yml)."""
+
+
 def python_blocks() -> list[str]:
-    return BLOCK.findall((ROOT / "README.md").read_text())
+    return [block for page in PAGES for block in BLOCK.findall((ROOT / page).read_text())]
+
+
+def test_every_page_of_the_site_is_read_here() -> None:
+    """A page added to the site has its examples run too."""
+    assert sorted(PAGES[1:]) == sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert all(page.removeprefix("docs/") in nav for page in PAGES[1:])
 
 
 def clean_env() -> dict[str, str]:

@@ -30,8 +30,8 @@ def test_corpus_shape() -> None:
         assert len([c for c in CASES if c.verdict == verdict]) >= 50
 
 
-def test_the_readme_states_the_corpus_as_it_is() -> None:
-    readme = " ".join((ROOT / "README.md").read_text().split())
+def test_the_documentation_states_the_corpus_as_it_is() -> None:
+    readme = " ".join((ROOT / "docs" / "agents.md").read_text().split())
     count = {verdict: len(of(verdict)) for verdict in VERDICTS}
     classes = len({case.group for case in CASES})
     assert (f"{len(CASES)} commands in {classes} classes ({count['allow']} allowed, "
