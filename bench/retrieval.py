@@ -58,7 +58,16 @@ from memq.config import load as load_config
 from memq.embedding import Embedder
 from memq.errors import MemqError
 from memq.producers.fusion import Candidate
-from memq.producers.retrieval import Lexical, Profile, Relevance, Semantic, Sources, profile_for
+from memq.producers.retrieval import (
+    Lexical,
+    Profile,
+    Recency,
+    Relevance,
+    Semantic,
+    Sources,
+    budgeted,
+    profile_for,
+)
 from memq.store.migrations import MIGRATIONS
 from memq.store.read.scope import Scope
 from memq.store.write.service import open_writer
@@ -71,8 +80,14 @@ BASELINES: dict[str, Profile] = {
     "BM25 top-10": Profile("BM25 top-10", (Lexical(10),)),
     "cosine top-20": Profile("cosine top-20", (Semantic(-1.0, 20),)),
     "BM25 top-20": Profile("BM25 top-20", (Lexical(20),)),
+    # What the default returns, with plain relevance: the same recent window, then one
+    # branch's best up to the same 30 items (the fair comparison for `recall`).
+    "recent 10 + cosine, 30": Profile("recent 10 + cosine, 30",
+                                      (Recency(10), Semantic(-1.0, 30)), budgeted(30)),
+    "recent 10 + BM25, 30": Profile("recent 10 + BM25, 30", (Recency(10), Lexical(30)),
+                                    budgeted(30)),
 }
-"""Plain single-branch retrieval, for the ratios."""
+"""Plain retrieval, for the ratios."""
 
 ABLATIONS: dict[str, dict[str, Any]] = {
     "recall, no neighbours": {"recall_neighbour_share": 0.0},
