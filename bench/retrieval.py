@@ -57,8 +57,8 @@ from memq.config import Config, RetrievalConfig
 from memq.config import load as load_config
 from memq.embedding import Embedder
 from memq.errors import MemqError
-from memq.producers.fusion import Candidate
-from memq.producers.retrieval import (
+from memq.producers.ranking.fusion import Candidate
+from memq.producers.ranking.profiles import (
     Lexical,
     Profile,
     Recency,

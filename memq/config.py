@@ -120,7 +120,7 @@ class RetrievalConfig:
     facts_limit: int = 5
     query_cache_size: int = 256
     vector_cache_max_vectors: int = 200_000
-    # The `recall` profile (see producers/fusion.py for what each one means).
+    # The `recall` profile (see producers/ranking/fusion.py for what each one means).
     recall_budget: int = 30
     """Items ``get_context`` returns at most: the recent window, the important turns, then
     relevance from beyond them (20 with the defaults)."""

@@ -1,6 +1,6 @@
 """``get_context``: what an agent should see of a session before its next turn.
 
-The branches of the configured profile (see :mod:`producers.retrieval`) each find
+The branches of the configured profile (see :mod:`producers.ranking.profiles`) each find
 messages; the result holds each message once, oldest first, with the branches that
 found it and each branch's score. The semantic branch embeds the query in this process
 with the workers' model (loaded on first use; repeated queries come from a small LRU)
@@ -34,8 +34,8 @@ from memq.producers.mixin import ClientBase, SyncClientBase
 from memq.producers.ops import Op, Run
 from memq.producers.outbox import Ticket
 from memq.producers.owners import Owners
-from memq.producers.retrieval import Found, Profile, profile_for
-from memq.producers.sources import SessionSources
+from memq.producers.ranking.profiles import Found, Profile, profile_for
+from memq.producers.ranking.sources import SessionSources
 from memq.reranker import Reranker
 from memq.store.read import erasures
 from memq.store.read.fact_search import relevant_facts

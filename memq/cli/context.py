@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 def profile_name(text: str) -> str:
     """An argparse type: a retrieval profile this build has (a usage error otherwise)."""
-    from memq.producers.retrieval import PROFILES  # only when the option is given
+    from memq.producers.ranking.profiles import PROFILES  # only when the option is given
 
     if text not in PROFILES:
         raise argparse.ArgumentTypeError(

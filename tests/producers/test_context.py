@@ -19,8 +19,8 @@ from memq import ContextItem, MemoryClient, names
 from memq.config import Config, RetrievalConfig, from_mapping
 from memq.embedding import Embedder
 from memq.errors import ConfigError, ValidationError
-from memq.producers import retrieval as retrieval_module
-from memq.producers.retrieval import Hit, Profile, Recency, Sources
+from memq.producers.ranking import profiles as retrieval_module
+from memq.producers.ranking.profiles import Hit, Profile, Recency, Sources
 from memq.store.read import messages as sources_module
 from memq.store.read.messages import Message
 from memq.store.read.scope import Scope

@@ -1,6 +1,6 @@
 """The recall profile: fusion rules, neighbouring turns, the budget, explanations, settings.
 
-The rules are tested as plain functions first (producers/fusion.py, the budgeted
+The rules are tested as plain functions first (producers/ranking/fusion.py, the budgeted
 combiner), then end to end: a real writer keeps the lexical index, the real model embeds
 (vectors reach the database as ``message.embedded`` events through the inbox).
 """
@@ -22,8 +22,8 @@ from memq import ContextItem, MemoryClient
 from memq.config import Config, RetrievalConfig, from_mapping
 from memq.embedding import Embedder
 from memq.errors import ConfigError
-from memq.producers.fusion import Candidate, best_of, feedback_query, fuse, with_neighbours
-from memq.producers.retrieval import Hit, Relevance, budgeted, profile_for
+from memq.producers.ranking.fusion import Candidate, best_of, feedback_query, fuse, with_neighbours
+from memq.producers.ranking.profiles import Hit, Relevance, budgeted, profile_for
 from memq.store.read.messages import Message
 from tests.embedding_events import send_embeddings
 from tests.faults.hostile import SQL_LOOKING

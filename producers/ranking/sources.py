@@ -1,6 +1,6 @@
 """What the retrieval branches read: working memory, the read-only pool, the vector cache.
 
-:class:`SessionSources` implements :class:`~producers.retrieval.Sources`. Its methods take
+:class:`SessionSources` implements :class:`~producers.ranking.profiles.Sources`. Its methods take
 session ids and scopes that ``get_context`` has already validated and resolved, which is
 why they are not methods of the client itself. Recency and working memory are the asking
 session's; everything else reads the scope (:mod:`store.read.scope`).
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from memq.producers.retrieval import Query
+from memq.producers.ranking.profiles import Query
 from memq.producers.working_memory import PositionReader, WorkingMemory
 from memq.reranker import Reranker
 from memq.store.read import embedding_backlog as backlog

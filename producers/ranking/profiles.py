@@ -13,7 +13,7 @@ function that combines what they found. ``[retrieval] profile`` names the profil
                  that match the query's words (BM25), so they are not simply missing
     recall       recency (a few last turns) + importance (a few)
                + relevance: lexical (BM25) and semantic evidence fused, with the turn
-                 after each match (see :mod:`producers.fusion`), filling what is left
+                 after each match (see :mod:`producers.ranking.fusion`), filling what is left
                  of a total budget of ``recall_budget`` items
 
 Strategies read through :class:`Sources` (the client implements it), so a new branch is
@@ -30,7 +30,7 @@ import numpy as np
 
 from memq.config import RetrievalConfig
 from memq.errors import ConfigError
-from memq.producers import fusion
+from memq.producers.ranking import fusion
 from memq.store.read.messages import Message, chronological_key
 from memq.store.read.scope import Scope
 
@@ -222,7 +222,7 @@ class Relevance:
     Each kind of evidence gives up to ``candidates`` turns (semantic ones at least
     ``min_z`` standard deviations above the session's mean cosine); the successors of
     the best ``limit`` are looked up, and the best ``limit`` turns are returned, best
-    first. Scores and rules: :mod:`producers.fusion`. With ``contextual``, the semantic
+    first. Scores and rules: :mod:`producers.ranking.fusion`. With ``contextual``, the semantic
     evidence is the query's score against each turn's contextual key (the turn mixed with
     its neighbours, :mod:`store.read.neighbourhoods`) rather than the turn alone. With
     ``feedback``, a second semantic round asks again from the best first matches.
@@ -276,7 +276,7 @@ class Relevance:
 
     def _fused(self, sources: Sources, scope: Scope, query: str) -> list[fusion.Candidate]:
         """The candidates of both kinds, each with all the evidence there is for it; with
-        ``feedback``, the better of two rounds (rule 4 of :mod:`producers.fusion`)."""
+        ``feedback``, the better of two rounds (rule 4 of :mod:`producers.ranking.fusion`)."""
         bm25 = sources.lexical_scores(scope, query, LEXICAL_EVIDENCE)
         first = self._round(sources, scope, bm25, query)
         if self.feedback <= 0 or not first:
