@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import pytest
 import redis
 
@@ -327,6 +328,10 @@ def test_memq_up_stops_without_killing_anything_after_jobs_ran(tmp_path: Path) -
                 for i in range(20):
                     client.append("s1", "user", f"turn {i}: something to embed")
                 client.flush(60)
+            # Stopped once the jobs have run: idle workers, the case that hung. (A busy one
+            # stops after its job, which on a loaded machine may itself take a while.)
+            db = data / "memq.db"
+            wait_until(lambda db=db: embedded(db) == 20, "the turns to be embedded", timeout=120)
         finally:
             assert stack.stop() == 0, "".join(stack.lines[-30:])
         log = "".join(stack.lines)
@@ -335,3 +340,12 @@ def test_memq_up_stops_without_killing_anything_after_jobs_ran(tmp_path: Path) -
         statuses = re.findall(r"stopped \(exit status (-?\d+)\)", log)
         assert len(statuses) >= 6
         assert set(statuses) <= {"0", "-15"}, log[-3000:]
+
+
+def embedded(db: Path) -> int:
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return int(conn.execute(
+            "SELECT count(*) FROM messages WHERE embedding IS NOT NULL").fetchone()[0])
+    finally:
+        conn.close()
