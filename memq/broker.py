@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -337,11 +337,12 @@ def inbox_marks(connection: redis.Redis) -> dict[str, Position]:
     pipe = connection.pipeline(transaction=True)
     for stream in names.INBOX_STREAMS:
         pipe.exists(stream)
-    for stream in names.INBOX_QUEUES:
-        pipe.get(names.RELAYED_KEYS[stream])
-        pipe.llen(names.INBOX_QUEUES[stream])
+    _ask_queue_ends(pipe, names.INBOX_QUEUES)
     replies = pipe.execute()
-    marks: dict[str, Position | None] = dict(_queue_marks(replies[len(names.INBOX_STREAMS):]))
+    ends = _queue_ends(replies[len(names.INBOX_STREAMS):])
+    marks: dict[str, Position | None] = {
+        queue: (end, 0) for queue, end in zip(names.INBOX_QUEUES.values(), ends, strict=True)
+        if end}
     present = [s for s, n in zip(names.INBOX_STREAMS, replies, strict=False) if n]
     if present:
         pipe = connection.pipeline(transaction=False)
@@ -361,13 +362,18 @@ def _plausible_top(connection: redis.Redis, stream: str) -> Position | None:
     return stream_position(top[0][0]) if top else None
 
 
-def _queue_marks(replies: list[Any]) -> dict[str, Position]:
-    marks = {}
-    for i, queue in enumerate(names.INBOX_QUEUES.values()):
-        relayed, length = int(replies[2 * i] or 0), int(replies[2 * i + 1])
-        if relayed + length:
-            marks[queue] = (relayed + length, 0)
-    return marks
+def _ask_queue_ends(pipe: Any, streams: Iterable[str]) -> None:
+    """Queue, for each of these streams' queues, the reads of how far it reaches: the
+    items the relay moved, and those still in the list (in a MULTI, so none counts twice)."""
+    for stream in streams:
+        pipe.get(names.RELAYED_KEYS[stream])
+        pipe.llen(names.INBOX_QUEUES[stream])
+
+
+def _queue_ends(replies: list[Any]) -> list[int]:
+    """The last ordinal of each queue :func:`_ask_queue_ends` asked about (0: none yet)."""
+    return [int(relayed or 0) + int(length)
+            for relayed, length in zip(replies[::2], replies[1::2], strict=True)]
 
 
 def inbox_end(connection: redis.Redis, stream: str) -> Position:
@@ -375,10 +381,9 @@ def inbox_end(connection: redis.Redis, stream: str) -> Position:
     stream's last id (admin). A position beyond it names nothing anyone sent."""
     if stream in names.INBOX_QUEUES:
         pipe = connection.pipeline(transaction=True)
-        pipe.get(names.RELAYED_KEYS[stream])
-        pipe.llen(names.INBOX_QUEUES[stream])
-        relayed, length = pipe.execute()
-        return int(relayed or 0) + int(length), 0
+        _ask_queue_ends(pipe, [stream])
+        [end] = _queue_ends(pipe.execute())
+        return end, 0
     try:
         info: Any = connection.xinfo_stream(stream)
     except redis.exceptions.ResponseError:

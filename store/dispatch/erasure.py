@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -153,13 +152,13 @@ class AofRewrites:
 
     def __init__(self, connection: redis.Redis) -> None:
         self.redis = connection
-        self._pending: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+        self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def submit(self, outcomes: list[dict[str, Any]]) -> None:
         with self._lock:
-            self._pending.put(outcomes)
+            self._pending += outcomes
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="memq-aof-rewrites",
                                                 daemon=True)
@@ -167,15 +166,11 @@ class AofRewrites:
 
     def _run(self) -> None:
         while True:
-            with self._lock:
-                try:
-                    outcomes = self._pending.get_nowait()
-                except queue.Empty:
+            with self._lock:  # all those waiting share the next rewrite
+                outcomes, self._pending = self._pending, []
+                if not outcomes:
                     self._thread = None
                     return
-                with contextlib.suppress(queue.Empty):
-                    while True:  # those waiting meanwhile share the rewrite
-                        outcomes += self._pending.get_nowait()
             try:
                 rewritten = rewrite_append_only_file(self.redis)
             except redis.exceptions.RedisError as exc:

@@ -124,23 +124,28 @@ class Inbox:
     def acknowledge(
         self, entries: list[Entry], figures: metrics.BatchFigures | None = None,
         reports: Sequence[tuple[str, Rejection]] = (),
-    ) -> None:
+    ) -> bool:
         """Ack and delete the entries, move the commit positions, report the rejections to
         their senders, record the figures: atomically, so a client that sees its entry
-        committed also sees its rejection, and the numbers only move for committed batches."""
+        committed also sees its rejection, and the numbers only move for committed batches.
+        True if it deleted entries whose ids Redis could not have made (the stream is then
+        to be brought back: :meth:`repair_ids`)."""
         ids: dict[str, list[bytes]] = defaultdict(list)
         for entry in entries:
             ids[entry.stream].append(entry.id)
         pipe = self.redis.pipeline(transaction=True)
         moved = {}
+        implausible = False
         for stream, stream_ids in ids.items():
             pipe.xack(stream, names.WRITER_GROUP, *stream_ids)
             kept = [i for i in stream_ids if plausible(stream_position(i))]
-            if not self.retention_ms or len(kept) < len(stream_ids):
-                # An id Redis could not have made goes now, whatever the retention: until
-                # it does, the stream's last id cannot be brought back (see repair_ids).
-                pipe.xdel(stream, *(stream_ids if not self.retention_ms
-                                    else set(stream_ids) - set(kept)))
+            # An id Redis could not have made goes now, whatever the retention: until it
+            # does, the stream's last id cannot be brought back (see repair_ids).
+            gone = stream_ids if not self.retention_ms else [
+                i for i in stream_ids if i not in kept]
+            if gone:
+                pipe.xdel(stream, *gone)
+            implausible = implausible or len(kept) < len(stream_ids)
             last = max((stream_position(i) for i in kept), default=(0, 0))
             if last > self._committed.get(stream, (0, 0)):
                 # Entries reclaimed late are older than what is committed: no step back.
@@ -158,6 +163,7 @@ class Inbox:
             metrics.record_batch(pipe, figures)
         pipe.execute()
         self._committed.update(moved)
+        return implausible
 
     def repair_ids(self) -> list[str]:
         """Bring back a stream whose last id Redis could not have made (an id a sender

@@ -35,7 +35,7 @@ import apsw
 import redis
 
 from memq import identity, metrics, names
-from memq.broker import TRANSIENT, plausible, stream_position
+from memq.broker import TRANSIENT, stream_position
 from memq.clock import now_rfc3339
 from memq.config import Config
 from memq.errors import StoreError, WriterFailed
@@ -263,8 +263,7 @@ class Writer:
         lag_ms = _lag_ms(entries[0].id)
         figures = metrics.BatchFigures(result.applied, result.duplicates, result.rejected,
                                        apply_s, lag_ms / 1000, time.time(), result.types)
-        self._retry(lambda: self.inbox.acknowledge(entries, figures, result.reports), stop)
-        if not all(plausible(stream_position(entry.id)) for entry in entries):
+        if self._retry(lambda: self.inbox.acknowledge(entries, figures, result.reports), stop):
             self._retry(self.inbox.repair_ids, stop)
         for hook in self.after_commit:
             self._retry(functools.partial(_follow_up, hook, result.effects), stop)
