@@ -101,9 +101,12 @@ def start_writer_process(config: Config) -> subprocess.Popen[bytes]:
 
 @pytest.fixture(autouse=True)
 def _no_process_left_running() -> Iterator[None]:
-    """A test that fails half-way still stops the memq processes it started, which would
-    otherwise run on through the rest of the suite."""
+    """A test that fails half-way still stops the memq processes and the load it started,
+    which would otherwise run on through the rest of the suite."""
     yield
-    from tests.faults.procs import kill_leftovers  # not at the top: procs imports this module
+    # Not at the top: both import this module.
+    from tests.faults.load import stop_leftovers
+    from tests.faults.procs import kill_leftovers
 
     kill_leftovers()
+    stop_leftovers()

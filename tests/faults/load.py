@@ -72,6 +72,7 @@ class Load(threading.Thread):
         self.client = MemoryClient(config=config)
         self.worker = WorkerContext(config, redis.Redis.from_url(config.redis_url))
         self.failure: BaseException | None = None
+        _running.append(self)
 
     def run(self) -> None:
         try:
@@ -129,6 +130,20 @@ class Load(threading.Thread):
         if self.failure is not None:
             raise self.failure
         return self.sent
+
+
+_running: list[Load] = []
+
+
+def stop_leftovers() -> None:
+    """Stop every load a test started and left sending (it failed half-way): left running,
+    it would go on appending into the next tests' Redis, which then find turns, facts and
+    rejections they never sent."""
+    while _running:
+        load = _running.pop()
+        load.stop.set()
+        load.join(60)
+        load.client.close()
 
 
 def embedded_event(config: Config, message_id: str) -> Event:

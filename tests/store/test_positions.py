@@ -181,9 +181,11 @@ def test_a_copy_older_than_the_kept_inbox_is_reported(
         client.flush()
         writer = running.writer
         assert writer is not None
-        later = time.time() + 3600
-        monkeypatch.setattr("memq.store.write.inbox.time.time", lambda: later)
-        writer.inbox.trim()  # all but the last committed entry aged out
+    # Trimmed once the writer's thread has stopped: a client's flush returns when the
+    # commit is in Redis, a moment before the writer notes it, and trim reads that note.
+    later = time.time() + 3600
+    monkeypatch.setattr("memq.store.write.inbox.time.time", lambda: later)
+    writer.inbox.trim()  # all but the last committed entry aged out
     copies.install(copy, kept.db_path, force=True)
     restarted = open_writer(kept, redis.Redis.from_url(kept.redis_url))
     try:
