@@ -9,38 +9,36 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any
 
 from memq import broker
 from memq.authority import Role
 from memq.config import Config
-from memq.errors import EventsRejected
-from memq.producers.context import ContextMixin
-from memq.producers.documents import DocumentsMixin
-from memq.producers.facts import FactsMixin
+from memq.producers.documents import DocumentsOps
+from memq.producers.facts import FactsOps
 from memq.producers.identity import DatabaseCheck
-from memq.producers.macros import MacrosMixin
-from memq.producers.mixin import settings, settings_of_role
+from memq.producers.macros import MacrosOps
+from memq.producers.mixin import SyncClientBase, settings, settings_of_role
 from memq.producers.outbox import Outbox
 from memq.producers.pending import PendingWrites
-from memq.producers.prefixes import PrefixesMixin
-from memq.producers.sessions import SessionsMixin
-from memq.producers.tasks import TasksMixin
+from memq.producers.prefixes import PrefixesOps
+from memq.producers.sessions import SessionsOps
+from memq.producers.surface import Surface
+from memq.producers.tasks import TasksOps
 from memq.producers.turns import DEFAULT_IMPORTANCE, TurnsOps, default_importance
-from memq.store.read.messages import Message
 from memq.store.read.pool import ReadPool
 
 __all__ = ["DEFAULT_IMPORTANCE", "MemoryClient", "default_importance"]
 
 
 class MemoryClient(
-    TurnsOps, ContextMixin, SessionsMixin, FactsMixin, MacrosMixin, PrefixesMixin, TasksMixin,
-    DocumentsMixin,
+    TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps,
+    SyncClientBase, Surface,
 ):
-    """One agent process's handle on memq. Thread-safe for reads; use one per thread to write."""
+    """One agent process's handle on memq. Thread-safe for reads; use one per thread to write.
+
+    Its methods are :class:`~memq.producers.surface.Surface`'s, run in this process."""
 
     def __init__(
         self,
@@ -82,41 +80,7 @@ class MemoryClient(
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- writing ----------------------------------------------------------------------
-
-    def append(
-        self,
-        session_id: str,
-        role: str,
-        content: str,
-        *,
-        importance: float | None = None,
-        tool_call_id: str | None = None,
-        tool_name: str | None = None,
-        tool_calls: list[Any] | None = None,
-        created_at: datetime | str | None = None,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-    ) -> str:
-        """Record one conversation turn; returns its message id without waiting.
-
-        ``user_id`` / ``agent_id`` say whose session it is: the first message of a
-        session fixes them, later ones may leave them out, and naming anyone else raises
-        :class:`ValidationError` (a session never moves to another user).
-        """
-        return self._run(self._append_op(
-            session_id, role, content, importance=importance, tool_call_id=tool_call_id,
-            tool_name=tool_name, tool_calls=tool_calls, created_at=created_at,
-            user_id=user_id, agent_id=agent_id))
-
-    def append_many(self, turns: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Record many turns in few round trips; returns their message ids, in order.
-
-        Each turn is a mapping of :meth:`append`'s arguments (``session_id``, ``role``,
-        ``content`` and any keyword). All are checked before any is sent: one bad turn
-        raises :class:`ValidationError` naming its index, and nothing is sent.
-        """
-        return self._run(self._append_many_op(turns))
+    # -- sending ---------------------------------------------------------------------
 
     def with_own_outbox(self) -> MemoryClient:
         """A client that shares this one's reads (pool, caches, working memory, pending
@@ -141,38 +105,3 @@ class MemoryClient(
         """Pipeline many writes into few round trips (imports, bulk loads)."""
         with self.outbox.batched():
             yield self
-
-    def flush(self, timeout: float = 10.0) -> None:
-        """Return once everything this client sent is committed.
-
-        :class:`~memq.errors.EventsRejected` (with each event id and reason) if the writer
-        rejected any of it; :class:`~memq.errors.FlushTimeout` if it has not committed in
-        ``timeout`` seconds.
-        """
-        try:
-            self.outbox.flush(timeout)
-        except EventsRejected as exc:
-            self._forget_rejected(exc)
-            raise
-
-    # -- reading ----------------------------------------------------------------------
-
-    def history(
-        self, session_id: str, limit: int = 50, *,
-        before: str | None = None, after: str | None = None, summaries: bool = True,
-    ) -> list[Message]:
-        """A page of a session's messages, oldest first: every committed one, whoever wrote
-        it, and this client's own turns not committed yet.
-
-        Without ``before`` / ``after``: the last ``limit``. With ``before=message_id``: the
-        ``limit`` messages just older than that one, so ``history(s, before=page[0].id)``
-        is the previous page; with ``after=message_id``, the ``limit`` just newer (what
-        came since). Raises :class:`~memq.errors.NotFound` if that message is not a
-        committed message of the session.
-
-        Consolidation adds summaries (``system`` messages, each where the stretch it
-        summarises begins, beside its sources while they are kept); ``summaries=False``
-        leaves them out: the turns as they were appended, as a framework's session shows
-        them.
-        """
-        return self._run(self._history_op(session_id, limit, before, after, summaries))

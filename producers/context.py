@@ -30,7 +30,7 @@ from memq.embedding import Embedder
 from memq.errors import StoreError, ValidationError
 from memq.events import check_identifier
 from memq.printable import shown
-from memq.producers.mixin import ClientBase, SyncClientBase
+from memq.producers.mixin import ClientBase
 from memq.producers.ops import Op, Run
 from memq.producers.outbox import Ticket
 from memq.producers.owners import Owners
@@ -252,20 +252,6 @@ class ContextOps(ClientBase):
             limit = self.config.limits.max_content_bytes
             raise ValidationError(f"query is {size} bytes, over the {limit} byte limit")
         return query
-
-
-class ContextMixin(ContextOps, SyncClientBase):
-    """``get_context`` of :class:`~producers.client.MemoryClient`."""
-
-    def get_context(
-        self, session_id: str, query: str | None = None, scope: str = "session"
-    ) -> list[ContextItem]:
-        """The session's context: every branch of the profile, deduplicated, oldest first;
-        each item names the session it comes from.
-
-        Without a query the semantic branch is skipped. ``scope``: see the module.
-        """
-        return self._run(self._get_context_op(session_id, query, scope))
 
 
 def _check_scope(kind: Any) -> None:

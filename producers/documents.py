@@ -25,7 +25,7 @@ from memq.events.rules import namespace as problem_of
 from memq.events.vocabulary import MAX_TTL_MINUTES
 from memq.logs import log
 from memq.printable import shown
-from memq.producers.mixin import ClientBase, SyncClientBase
+from memq.producers.mixin import ClientBase
 from memq.producers.ops import Op, Read, Run
 from memq.store.read import documents as stored
 from memq.store.read.documents import Document
@@ -148,46 +148,6 @@ class DocumentsOps(ClientBase):
         if user_id is not None:
             names["user_id"] = check_identifier("user_id", user_id)
         return names
-
-
-class DocumentsMixin(DocumentsOps, SyncClientBase):
-    def put_document(
-        self, namespace: tuple[str, ...] | list[str], key: str, value: dict[str, Any], *,
-        text: str | None = None, ttl_minutes: float | None = None, user_id: str | None = None,
-    ) -> str:
-        """Set a document (upsert); ``text``: what a search by meaning compares the query
-        with. Returns the event id."""
-        return self._run(self._put_document_op(namespace, key, value, text=text,
-                                               ttl_minutes=ttl_minutes, user_id=user_id))
-
-    def delete_document(self, namespace: tuple[str, ...] | list[str], key: str, *,
-                        user_id: str | None = None) -> str:
-        """Delete a document (nothing happens for one that does not exist)."""
-        return self._run(self._delete_document_op(namespace, key, user_id))
-
-    def touch_document(self, namespace: tuple[str, ...] | list[str], key: str, *,
-                       user_id: str | None = None) -> str:
-        """Restart a document's time to live (nothing for one without)."""
-        return self._run(self._touch_document_op(namespace, key, user_id))
-
-    def document(self, namespace: tuple[str, ...] | list[str], key: str, *,
-                 user_id: str | None = None) -> Document | None:
-        return self._run(self._document_op(namespace, key, user_id))
-
-    def search_documents(
-        self, prefix: tuple[str, ...] | list[str] = (), *, query: str | None = None,
-        filter: dict[str, Any] | None = None, limit: int = 10, offset: int = 0,
-        user_id: str | None = None,
-    ) -> list[FoundDocument]:
-        """Documents under ``prefix`` whose value matches ``filter`` (field: value, or
-        field: {"$eq"/"$ne"/"$gt"/"$gte"/"$lt"/"$lte": value}); with ``query``, the closest
-        in meaning first (then those without a vector), else the newest change first."""
-        return self._run(self._search_documents_op(prefix, query, filter, limit, offset,
-                                                   user_id))
-
-    def document_namespaces(self, *, user_id: str | None = None) -> list[tuple[str, ...]]:
-        """Every namespace that holds a live document, in order."""
-        return self._run(self._document_namespaces_op(user_id))
 
 
 def _get_document(conn: Reader, namespace: tuple[str, ...], key: str, user_id: str | None

@@ -18,7 +18,7 @@ from typing import Any
 
 from memq.errors import ValidationError
 from memq.events import Event, EventType, check_identifier
-from memq.producers.mixin import ClientBase, SyncClientBase, check_flag
+from memq.producers.mixin import ClientBase, check_flag
 from memq.producers.ops import Op, Read
 from memq.store.read.facts import Fact, FactChange, fact_history, list_facts, may_change
 
@@ -69,37 +69,6 @@ class FactsOps(ClientBase):
             _name("user_id", user_id)
         changes: list[FactChange] = yield Read(fact_history, (category, key, user_id))
         return changes
-
-
-class FactsMixin(FactsOps, SyncClientBase):
-    def set_fact(
-        self, category: str, key: str, value: str, source: str = "agent", *,
-        force: bool = False, user_id: str | None = None,
-    ) -> str:
-        """Set a fact (upsert), ``user_id``'s or global; returns the event id. See the
-        module for the user guard."""
-        return self._run(self._set_fact_op(category, key, value, source, force=force,
-                                           user_id=user_id))
-
-    def delete_fact(
-        self, category: str, key: str, source: str = "agent", *, force: bool = False,
-        user_id: str | None = None,
-    ) -> str:
-        """Remove a fact's current value (its history stays); returns the event id."""
-        return self._run(self._delete_fact_op(category, key, source, force=force,
-                                              user_id=user_id))
-
-    def facts(self, category: str | None = None, *, user_id: str | None = None) -> list[Fact]:
-        """The global facts, and ``user_id``'s when given, by category then key; only
-        ``category``'s when given."""
-        return self._run(self._facts_op(category, user_id))
-
-    def fact_history(
-        self, category: str, key: str, *, user_id: str | None = None
-    ) -> list[FactChange]:
-        """Every committed change of one fact (global, or ``user_id``'s), oldest first, with
-        who made it and when."""
-        return self._run(self._fact_history_op(category, key, user_id))
 
 
 FACT_EVENTS = (EventType.FACT_SET, EventType.FACT_DELETED)

@@ -17,7 +17,7 @@ import orjson
 from memq.errors import NotFound, ValidationError
 from memq.events import EventType, check_identifier
 from memq.printable import shown
-from memq.producers.mixin import ClientBase, SyncClientBase
+from memq.producers.mixin import ClientBase
 from memq.producers.ops import Op, Read
 from memq.store.read.macros import Macro, candidates, macro_exists
 from memq.toolcalls import ANY_ARGS, args_pattern, fill_template, shrink_args
@@ -94,24 +94,6 @@ class MacrosOps(ClientBase):
         if size > limit:
             raise ValidationError(f"args are {size} bytes once shortened, over the {limit} limit")
         return shrunk
-
-
-class MacrosMixin(MacrosOps, SyncClientBase):
-    def record_tool_call(
-        self, session_id: str, tool: str, args: Mapping[str, Any] | None = None
-    ) -> str:
-        """Record one tool call of a session, for learning; returns the event id."""
-        return self._run(self._record_tool_call_op(session_id, tool, args))
-
-    def suggest_next_tools(
-        self, tool: str, args: Mapping[str, Any] | None = None
-    ) -> list[MacroSuggestion]:
-        """Likely next calls after ``tool(args)``, best first (committed macros only)."""
-        return self._run(self._suggest_next_tools_op(tool, args))
-
-    def use_macro(self, macro_id: int) -> str:
-        """Count one use of a suggested macro; returns the event id."""
-        return self._run(self._use_macro_op(macro_id))
 
 
 def _best_per_next_tool(rows: list[Macro]) -> list[Macro]:

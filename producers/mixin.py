@@ -1,11 +1,12 @@
-"""What every feature of both clients builds on.
+"""What every feature of the local clients builds on.
 
 Each feature (context, facts, macros, terminal approvals, tasks) lives in its own module
-as *operations* (``producers/ops.py``) in a class that subclasses :class:`ClientBase` —
-the one place that says what they may use (the settings, the read pool, pending writes)
-and that turns a payload into a validated event on its way to the writer — and as the
-sync client's methods, in a mixin that also subclasses :class:`SyncClientBase`, the sync
-driver. The async client (``producers/aio.py``) runs the same operations.
+as *operations* (``producers/ops.py``, ``_<name>_op``) in a class that subclasses
+:class:`ClientBase` — the one place that says what they may use (the settings, the read
+pool, pending writes) and that turns a payload into a validated event on its way to the
+writer. The methods themselves are written once, in ``producers/surface.py``; a local
+client's transport runs the operation of the same name with :class:`SyncClientBase`'s
+driver (sync) or ``AsyncMemoryClient``'s (async).
 """
 
 from __future__ import annotations
@@ -107,6 +108,10 @@ class SyncClientBase(ClientBase):
     def _run(self, op: Op[T]) -> T:
         return drive(op, self._answer)
 
+    def _call(self, name: str, arguments: dict[str, Any]) -> Any:
+        """The transport of :class:`~memq.producers.surface.Surface`: run the operation."""
+        return self._run(operation(self, name, arguments))
+
     def _answer(self, request: Request) -> Any:
         match request:
             case ops.Send(event):
@@ -154,6 +159,12 @@ class SyncClientBase(ClientBase):
     def role(self) -> Role:
         """The role Redis says this client's credentials hold (agent, worker or admin)."""
         return self.outbox.role
+
+
+def operation(client: ClientBase, name: str, arguments: dict[str, Any]) -> Op[Any]:
+    """The operation of the method ``name`` called with ``arguments`` (its ``locals()``)."""
+    make = getattr(client, f"_{name}_op")
+    return make(**{k: v for k, v in arguments.items() if k != "self"})  # type: ignore[no-any-return]
 
 
 def settings(

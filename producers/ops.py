@@ -109,7 +109,12 @@ def drive(op: Op[T], answer: Callable[[Request], Any]) -> T:
     try:
         request = next(op)
         while True:
-            request = op.send(answer(request))
+            try:
+                value = answer(request)
+            except Exception as exc:  # the operation may handle it (flush's rejections)
+                request = op.throw(exc)
+            else:
+                request = op.send(value)
     except StopIteration as stop:
         result: T = stop.value
         return result
@@ -127,7 +132,11 @@ async def drive_async(op: Op[T], answer: Callable[[Request], Awaitable[Any]]) ->
         request = next(op)
         while True:
             requested = 0 if task is None else task.cancelling()
-            value = await answer(request)
+            try:
+                value = await answer(request)
+            except Exception as exc:  # as drive's
+                request = op.throw(exc)
+                continue
             if task is not None and task.cancelling() > requested:
                 raise asyncio.CancelledError
             request = op.send(value)

@@ -16,7 +16,7 @@ from memq.approvals import normalize_prefix
 from memq.errors import NotFound, ValidationError
 from memq.events import EventType
 from memq.producers import terminal
-from memq.producers.mixin import ClientBase, SyncClientBase, check_flag
+from memq.producers.mixin import ClientBase, check_flag
 from memq.producers.ops import Op, Read
 from memq.store.read.prefixes import approved_prefixes
 
@@ -80,24 +80,6 @@ class PrefixesOps(ClientBase):
                 approved[prefix] = None
                 waiting.add(prefix)
         return approved, waiting
-
-
-class PrefixesMixin(PrefixesOps, SyncClientBase):
-    def allow_prefix(self, command: str) -> str:
-        """Approve ``command`` as an always-allowed prefix; returns its stored form."""
-        return self._run(self._allow_prefix_op(command))
-
-    def revoke_prefix(self, prefix: str) -> str:
-        """Withdraw an approval; returns the stored form that was revoked."""
-        return self._run(self._revoke_prefix_op(prefix))
-
-    def allowed_prefixes(self) -> list[AllowedPrefix]:
-        """Every prefix in force, sorted, with where it comes from."""
-        return self._run(self._allowed_prefixes_op())
-
-    def is_command_allowed(self, command: str, *, trusted: bool = False) -> bool:
-        """True if ``command`` may run without asking (a trusted task's always may)."""
-        return self._run(self._is_command_allowed_op(command, trusted))
 
 
 PREFIX_EVENTS = (EventType.PREFIX_ALLOWED, EventType.PREFIX_REVOKED)

@@ -2,9 +2,9 @@
 
 ``forget_session``, ``forget_message`` and ``forget_user`` send one event each and return
 its id at once. Once the writer commits it, nothing memq keeps holds the forgotten content
-(see ``store/projections/forgetting.py``); :meth:`SessionsMixin.wait_forgotten` returns
-once the writer has also truncated its WAL and deleted the RQ jobs that carried the text,
-with what was erased. Any session, or one message of it, may be forgotten by an agent; a
+(see ``store/projections/forgetting.py``); ``wait_forgotten`` returns once the writer
+has also truncated its WAL and deleted the RQ jobs that carried the text, with what was
+erased. Any session, or one message of it, may be forgotten by an agent; a
 whole user only by the person (admin credentials).
 """
 
@@ -21,7 +21,7 @@ from memq.clock import normalize_rfc3339
 from memq.errors import FlushTimeout, NotFound, ValidationError
 from memq.events import EventType, check_identifier
 from memq.printable import shown
-from memq.producers.mixin import ClientBase, SyncClientBase
+from memq.producers.mixin import ClientBase
 from memq.producers.ops import Fetch, Flush, Op, Read, Sleep
 from memq.store.read import erasures
 from memq.store.read import sessions as stored
@@ -101,40 +101,6 @@ class SessionsOps(ClientBase):
 
 FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
                      EventType.USER_FORGOTTEN})
-
-
-class SessionsMixin(SessionsOps, SyncClientBase):
-    def sessions(
-        self, user_id: str | None = None, agent_id: str | None = None, *, limit: int = 50,
-        before: datetime | str | None = None,
-    ) -> list[SessionInfo]:
-        """Committed sessions, most recently active first, with their owner, first and last
-        message times and message count; only ``user_id``'s and/or ``agent_id``'s when
-        given. For the next page, pass the last one's ``last_active_at`` as ``before``."""
-        return self._run(self._sessions_op(user_id, agent_id, limit, before))
-
-    def forget_session(self, session_id: str) -> str:
-        """Forget one session: its messages, summaries, vectors, index entries and the
-        payloads of its events. Returns the event id (``wait_forgotten`` takes it)."""
-        return self._run(self._forget_session_op(session_id))
-
-    def forget_message(self, session_id: str, message_id: str) -> str:
-        """Forget one message of a session: its text, vector, index entry and the payloads
-        of its events, and the summary built from it (whose other sources may then be
-        summarised again). A message of another session is left alone. Returns the event
-        id (``wait_forgotten`` takes it)."""
-        return self._run(self._forget_message_op(session_id, message_id))
-
-    def forget_user(self, user_id: str) -> str:
-        """Forget a user: every session of theirs (as :meth:`forget_session`) and their
-        facts. Admin credentials only. Returns the event id."""
-        return self._run(self._forget_user_op(user_id))
-
-    def wait_forgotten(self, event_id: str, timeout: float = 30.0) -> dict[str, Any]:
-        """Wait until the writer has finished the forget ``event_id`` (committed, WAL
-        truncated, RQ jobs deleted); returns what it erased: ``messages``, ``events``,
-        ``jobs``. Raises :class:`FlushTimeout` if that takes longer than ``timeout``."""
-        return self._run(self._wait_forgotten_op(event_id, timeout))
 
 
 def _list_sessions(conn: Reader, user_id: str | None, agent_id: str | None, limit: int,

@@ -23,7 +23,7 @@ from memq.cron import first_run
 from memq.errors import NotFound, PermissionDenied, ScheduleError, ValidationError
 from memq.events import Event, EventType, check_identifier
 from memq.printable import shown
-from memq.producers.mixin import ClientBase, SyncClientBase, check_flag
+from memq.producers.mixin import ClientBase, check_flag
 from memq.producers.ops import AskRole, Op, Read
 from memq.schedule import parse_schedule
 from memq.store.read import tasks as stored
@@ -93,48 +93,6 @@ class TasksOps(ClientBase):
         pending = yield from self._live_op(TASK_EVENTS)
         committed = yield Read(stored.tasks)
         return with_pending_tasks(committed, pending)
-
-
-class TasksMixin(TasksOps, SyncClientBase):
-    """Scheduled-task methods of :class:`~producers.client.MemoryClient`."""
-
-    def schedule_task(self, name: str, schedule: str, prompt: str, *, oneshot: bool = False,
-                      trusted: bool = False, tz: str | None = None) -> str:
-        """Schedule ``prompt`` to reach the agents on ``schedule``; returns the task id.
-
-        ``schedule`` is cron or plain English ("weekdays at 8:30am", "in 2 hours"); it is
-        read in ``tz`` (default: ``[scheduler] tz``). A one-time schedule makes a one-shot
-        whatever ``oneshot`` says; ``oneshot=True`` with a repeating one is an error.
-        ``trusted`` tasks' commands skip terminal approval: only admin may schedule one
-        (:class:`PermissionDenied` for an agent, before anything else is looked at).
-        """
-        return self._run(self._schedule_task_op(name, schedule, prompt, oneshot=oneshot,
-                                                trusted=trusted, tz=tz))
-
-    def pause_task(self, task_id: str) -> None:
-        """Stop a task from firing until resumed; :class:`NotFound` for an unknown id.
-
-        A trusted task, or one from the configuration, is the person's: only admin may
-        pause, resume or delete it (:class:`PermissionDenied`).
-        """
-        self._run(self._pause_task_op(task_id))
-
-    def resume_task(self, task_id: str) -> None:
-        """Let a paused task fire again; its next run is computed from now."""
-        self._run(self._resume_task_op(task_id))
-
-    def delete_task(self, task_id: str) -> None:
-        """Delete a task and its pending run; :class:`NotFound` for an unknown id."""
-        self._run(self._delete_task_op(task_id))
-
-    def task(self, task_id: str) -> Task:
-        """One task, with this client's own changes; :class:`NotFound` if there is none."""
-        return self._run(self._task_op(task_id))
-
-    def tasks(self) -> list[Task]:
-        """Every task, with this client's own changes, by next run (paused ones last),
-        then name."""
-        return self._run(self._tasks_op())
 
 
 TASK_EVENTS = (EventType.TASK_SCHEDULED, EventType.TASK_CHANGED, EventType.TASK_DELETED)

@@ -16,7 +16,7 @@ from memq.errors import EventsRejected, ValidationError
 from memq.events import Event, EventType, check_identifier
 from memq.printable import shown
 from memq.producers.context import ContextOps
-from memq.producers.ops import AskPosition, Op, Read, Run, Send, SendMany
+from memq.producers.ops import AskPosition, Flush, Op, Read, Run, Send, SendMany
 from memq.producers.outbox import Ticket
 from memq.producers.working_memory import merge_turns
 from memq.store.read import messages as stored
@@ -39,7 +39,7 @@ class Turn(NamedTuple):
 
 
 class TurnsOps(ContextOps):
-    """``append`` and ``history`` (``producers/ops.py``); flush's bookkeeping."""
+    """``append``, ``history`` and ``flush`` (``producers/ops.py``)."""
 
     def _append_op(
         self, session_id: str, role: str, content: str, *, importance: float | None,
@@ -140,6 +140,13 @@ class TurnsOps(ContextOps):
                                                   summaries, bool(pending)))
         own = [p.message for p in pending if not p.ticket.settled(committed)]
         return _page(rows, own, anchor, limit, forwards=after is not None)
+
+    def _flush_op(self, timeout: float) -> Op[None]:
+        try:
+            yield Flush(timeout)
+        except EventsRejected as exc:
+            self._forget_rejected(exc)
+            raise
 
     def _forget_rejected(self, exc: EventsRejected) -> None:
         """The writer will never commit these: they leave this client's reads now."""

@@ -1,29 +1,29 @@
-"""The JSON bodies of the API, as pydantic models: they make the OpenAPI schema and say
-which fields a body has (an unknown one or a missing one is refused here).
+"""The JSON bodies of the API, as pydantic models made from the methods' signatures: they
+make the OpenAPI schema and say which fields a body has (an unknown one or a missing one
+is refused here).
 
 What a value may hold is left to :class:`~memq.producers.client.MemoryClient`, which
-checks every argument it is given: a field is declared with its type for the schema but
-passed on as sent (``Any``), so a remote caller gets the local client's own messages
+checks every argument it is given: a field is declared with its JSON type for the schema
+but passed on as sent (``Any``), so a remote caller gets the local client's own messages
 ("limit must be an integer from 1 to 10000, got 2.5"), not a second, different set. Only
-what the server itself must bound (how long a request may wait) is checked here.
+what the server itself must bound (how many turns one request carries, how long a request
+may wait) is checked here.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Annotated, Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
-# Documented with their JSON type, passed on as sent (see the module).
-Str = Annotated[Any, WithJsonSchema({"type": "string"})]
-OptStr = Annotated[Any, WithJsonSchema({"type": ["string", "null"]})]
-OptNum = Annotated[Any, WithJsonSchema({"type": ["number", "null"]})]
-Int = Annotated[Any, WithJsonSchema({"type": "integer"})]
-Bool = Annotated[Any, WithJsonSchema({"type": "boolean"})]
-OptList = Annotated[Any, WithJsonSchema({"type": ["array", "null"]})]
-OptObject = Annotated[Any, WithJsonSchema({"type": ["object", "null"]})]
-Labels = Annotated[Any, WithJsonSchema({"type": "array", "items": {"type": "string"}})]
-Object = Annotated[Any, WithJsonSchema({"type": "object"})]
+from memq.producers.operations import OPERATIONS, Kind, Operation
+from memq.producers.surface import Surface
 
 MAX_BATCH = 1000
 """Most turns one ``POST /v1/messages/batch`` carries."""
@@ -31,194 +31,81 @@ MAX_BATCH = 1000
 MAX_WAIT_S = 300.0
 """Longest a request may wait for the writer (flush, forget)."""
 
+POSITION = r"^[0-9]{1,20}-[0-9]{1,20}$"
+"""An inbox position as ``Memq-Sent`` gives it."""
+
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Turn(Body):
-    """One conversation turn: :meth:`MemoryClient.append`'s arguments."""
-
-    session_id: Str
-    role: Str
-    content: Str
-    importance: OptNum = None
-    tool_call_id: OptStr = None
-    tool_name: OptStr = None
-    tool_calls: OptList = None
-    created_at: OptStr = None
-    user_id: OptStr = None
-    agent_id: OptStr = None
+def arguments(op: Operation) -> list[tuple[inspect.Parameter, Any]]:
+    """The method's arguments a caller sends (not ``self``, never a private one), each
+    with its declared type."""
+    method = getattr(Surface, op.name)
+    hints = typing.get_type_hints(method)
+    return [(p, hints[p.name]) for p in inspect.signature(method).parameters.values()
+            if p.name != "self" and p.name not in op.private]
 
 
-class Turns(Body):
-    messages: list[Turn] = Field(max_length=MAX_BATCH)
+def body_model(op: Operation) -> type[Body] | None:
+    """The body of ``op``: its arguments but those in the path, under their wire names;
+    None if it has none."""
+    return _body_model(op.name)
 
 
-POSITION = r"^[0-9]{1,20}-[0-9]{1,20}$"
-"""An inbox position as ``Memq-Sent`` gives it."""
+@functools.cache
+def _body_model(name: str) -> type[Body] | None:
+    op = OPERATIONS[name]
+    fields: dict[str, Any] = {}
+    for parameter, hint in arguments(op):
+        if parameter.name in op.path_args:
+            continue
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        fields[op.renamed.get(parameter.name, parameter.name)] = _field(op, parameter.name,
+                                                                        hint, default)
+    if op.kind is Kind.WAIT:
+        fields["sent"] = (str | None, Field(default=None, pattern=POSITION, strict=True,
+                                            description="the highest Memq-Sent this "
+                                                        "client was given"))
+    if not fields:
+        return None
+    return create_model(_camel(op.name), __base__=Body, **fields)
 
 
-class Wait(Body):
-    timeout: float = Field(default=10.0, gt=0, le=MAX_WAIT_S, strict=True)
-    sent: str | None = Field(default=None, pattern=POSITION, strict=True,
-                             description="the highest Memq-Sent this client was given")
+def _field(op: Operation, name: str, hint: Any, default: Any) -> tuple[Any, Any]:
+    if op.kind is Kind.WAIT and name == "timeout":
+        return float, Field(default=default, gt=0, le=MAX_WAIT_S, strict=True)
+    if op.name == "append_many":  # each turn a body of its own, and so many at most
+        turn = body_model(OPERATIONS["append"])
+        return cast(Any, list)[turn], Field(default=default, max_length=MAX_BATCH)
+    return Annotated[Any, WithJsonSchema(json_schema(hint))], default
 
 
-class ContextQuery(Body):
-    session_id: Str
-    query: OptStr = None
-    scope: Str = "session"
+def json_schema(hint: Any) -> dict[str, Any]:
+    """The JSON type of a declared Python type, for the schema."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        schema = json_schema(args[0])
+        if len(args) < len(typing.get_args(hint)):
+            schema["type"] = [schema.get("type", "string"), "null"]
+        return schema
+    origin = typing.get_origin(hint) or hint
+    for kinds, name in ((str, "string"), (datetime, "string"), (bool, "boolean"),
+                        (int, "integer"), (float, "number")):
+        if origin is kinds:
+            return {"type": name}
+    if isinstance(origin, type) and issubclass(origin, Mapping):
+        return {"type": "object"}
+    if isinstance(origin, type) and issubclass(origin, (Sequence, tuple)):
+        return {"type": "array"}
+    return {}
 
 
-class HistoryQuery(Body):
-    session_id: Str
-    limit: Int = 50
-    before: OptStr = None
-    after: OptStr = None
-    summaries: Bool = True
-
-
-class SessionsQuery(Body):
-    user_id: OptStr = None
-    agent_id: OptStr = None
-    limit: Int = 50
-    before: OptStr = None
-
-
-class FactsQuery(Body):
-    category: OptStr = None
-    user_id: OptStr = None
-
-
-class FactHistoryQuery(Body):
-    category: Str
-    key: Str
-    user_id: OptStr = None
-
-
-class ForgetSession(Body):
-    session_id: Str
-
-
-class ForgetMessage(Body):
-    session_id: Str
-    message_id: Str
-
-
-class ForgetUser(Body):
-    user_id: Str
-
-
-class WaitForgotten(Body):
-    event_id: Str
-    timeout: float = Field(default=30.0, gt=0, le=MAX_WAIT_S, strict=True)
-    sent: str | None = Field(default=None, pattern=POSITION, strict=True)
-
-
-class FactSet(Body):
-    category: Str
-    key: Str
-    value: Str
-    source: Str = "agent"
-    force: Bool = False
-    user_id: OptStr = None
-
-
-class FactDelete(Body):
-    category: Str
-    key: Str
-    source: Str = "agent"
-    force: Bool = False
-    user_id: OptStr = None
-
-
-class DocumentPut(Body):
-    namespace: Labels
-    key: Str
-    value: Object
-    text: OptStr = None
-    ttl_minutes: OptNum = None
-    user_id: OptStr = None
-
-
-class DocumentName(Body):
-    namespace: Labels
-    key: Str
-    user_id: OptStr = None
-
-
-class DocumentSearch(Body):
-    prefix: Labels = Field(default_factory=list)
-    query: OptStr = None
-    filter: OptObject = None
-    limit: Int = 10
-    offset: Int = 0
-    user_id: OptStr = None
-
-
-class DocumentNamespaces(Body):
-    user_id: OptStr = None
-
-
-class TaskNew(Body):
-    name: Str
-    schedule: Str
-    prompt: Str
-    oneshot: Bool = False
-    trusted: Bool = False
-    tz: OptStr = None
-
-
-class Command(Body):
-    command: Str
-
-
-class CommandCheck(Body):
-    command: Str
-
-
-class Prefix(Body):
-    prefix: Str
-
-
-class ToolCall(Body):
-    session_id: Str
-    tool: Str
-    args: OptObject = None
-
-
-class ToolSuggest(Body):
-    tool: Str
-    args: OptObject = None
-
-
-# -- answers (for the schema; the server writes them with orjson) ----------------------------
-
-
-class MessageId(BaseModel):
-    id: str
-
-
-class MessageIds(BaseModel):
-    ids: list[str]
-
-
-class EventId(BaseModel):
-    event_id: str
-
-
-class Flushed(BaseModel):
-    flushed: bool
+def _camel(name: str) -> str:
+    return "".join(part.title() for part in name.split("_"))
 
 
 class Role(BaseModel):
     role: str
 
-
-class Allowed(BaseModel):
-    allowed: bool
-
-
-class PrefixAnswer(BaseModel):
-    prefix: str

@@ -1,28 +1,30 @@
-"""The endpoints: each one is a method of :class:`~memq.producers.client.MemoryClient`.
+"""The endpoints: one per row of :data:`~memq.producers.operations.OPERATIONS`, each the
+:class:`~memq.producers.client.MemoryClient` method of the same name.
 
-Writes return as soon as the event is in Redis, as the client's do; ``POST /v1/flush``
-waits for what this caller sent. Reads run on the role's shared client (its read pool).
+Writes return as soon as the event is in Redis, as the client's do, with the caller's
+inbox position; waits (``flush``, ``forget/wait``) wait for what this caller sent. Reads
+run on the role's shared client (its read pool).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, cast
 
 import orjson
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
-from memq.producers.context import ContextItem
-from memq.producers.macros import MacroSuggestion
-from memq.producers.prefixes import AllowedPrefix
+from memq.producers.documents import FoundDocument
+from memq.producers.operations import OPERATIONS, Kind, Operation
+from memq.producers.surface import Surface
 from memq.server import bodies as b
 from memq.server.remotes import Remote, caller
 from memq.store.read.documents import Document
-from memq.store.read.facts import Fact, FactChange
-from memq.store.read.messages import Message
-from memq.store.read.sessions import SessionInfo
-from memq.store.read.tasks import Task
 
 router = APIRouter(prefix="/v1")
 Caller = Depends(caller)
@@ -31,16 +33,14 @@ PROBLEMS: dict[int | str, dict[str, Any]] = {
            "content": {"application/problem+json": {}}}
     for code in (401, 403, 404, 409, 413, 421, 422, 503, 504)
 }
+SENT_HEADER = "Memq-Sent"
+"""On every write's answer: the inbox position this caller's events reached (``ms-seq``);
+a client sends the highest back with its waits (see ``remotes.py``)."""
 
 
 def answer(value: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(value, default=_plain), status_code=status,
                     media_type="application/json")
-
-
-SENT_HEADER = "Memq-Sent"
-"""On every write's answer: the inbox position this caller's events reached (``ms-seq``);
-a client sends the highest back with its flush (see ``remotes.py``)."""
 
 
 def written(remote: Remote, value: Any, status: int = 200) -> Response:
@@ -58,290 +58,139 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
-Endpoint = Callable[..., Response]
+def on_the_wire(value: Any) -> Any:
+    """A result as JSON carries it: a document without its vector (bytes, and of no use
+    to a caller)."""
+    if isinstance(value, list):
+        return [on_the_wire(v) for v in value]
+    if isinstance(value, FoundDocument):
+        return {"document": on_the_wire(value.document), "score": value.score}
+    if isinstance(value, Document):
+        return {"namespace": list(value.namespace), "key": value.key, "value": value.value,
+                "created_at": value.created_at, "updated_at": value.updated_at,
+                "expires_at": value.expires_at, "user_id": value.user_id}
+    return value
 
 
-def _route(method: str, path: str, model: Any = None,
-           status: int = 200) -> Callable[[Endpoint], Endpoint]:
-    return router.api_route(path, methods=[method], response_model=model,
-                            status_code=status, responses=PROBLEMS)
+# -- running a call, by kind -----------------------------------------------------------------
 
 
-# -- who -------------------------------------------------------------------------------------
+def _read(op: Operation, remote: Remote, given: dict[str, Any]) -> Response:
+    result = getattr(remote.client, op.name)(**given)
+    return answer({op.answer: on_the_wire(result)})
 
 
-@_route("GET", "/whoami", b.Role)
+def _write(op: Operation, remote: Remote, given: dict[str, Any]) -> Response:
+    with remote.lock:
+        result = getattr(remote.client, op.name)(**given)
+        return written(remote, None if op.answer is None else {op.answer: result},
+                       op.status)
+
+
+def _wait(op: Operation, remote: Remote, given: dict[str, Any]) -> Response:
+    timeout, sent = given.pop("timeout"), given.pop("sent")
+    with remote.waiting(timeout, sent) as left:
+        result = getattr(remote.waiter, op.name)(**given, timeout=left)
+    return answer({op.answer: True if op.done else result})
+
+
+RUN: Mapping[Kind, Callable[[Operation, Remote, dict[str, Any]], Response]] = {
+    Kind.READ: _read, Kind.WRITE: _write, Kind.WAIT: _wait}
+
+
+# -- the routes ------------------------------------------------------------------------------
+
+
+def endpoint(op: Operation, parameters: list[inspect.Parameter]) -> Callable[..., Response]:
+    """A function FastAPI reads ``parameters`` from (path, query or one body model) that
+    runs ``op`` with them under the method's own argument names."""
+    renamed = {wire: name for name, wire in op.renamed.items()}
+
+    def call(**given: Any) -> Response:
+        remote: Remote = given.pop("remote")
+        asked = given.pop("asked", None)
+        if asked is not None:
+            given.update({renamed.get(k, k): v for k, v in _fields(asked).items()})
+        return RUN[op.kind](op, remote, given)
+
+    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [*parameters, inspect.Parameter("remote", inspect.Parameter.KEYWORD_ONLY,
+                                        default=Caller, annotation=Remote)])
+    call.__name__ = call.__qualname__ = op.name
+    call.__doc__ = inspect.getdoc(getattr(Surface, op.name))
+    return call
+
+
+def _fields(asked: b.Body) -> dict[str, Any]:
+    # Each field as sent (a list of turns stays a list of mappings).
+    return {name: _fields(v) if isinstance(v, b.Body) else
+            [_fields(x) if isinstance(x, b.Body) else x for x in v] if isinstance(v, list)
+            else v for name, v in asked}
+
+
+def _path_parameters(op: Operation) -> list[inspect.Parameter]:
+    return [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, annotation=hint)
+            for p, hint in b.arguments(op) if p.name in op.path_args]
+
+
+def _body_parameters(op: Operation) -> list[inspect.Parameter]:
+    model = b.body_model(op)
+    if model is None:
+        return []
+    optional = all(not f.is_required() for f in model.model_fields.values())
+    return [inspect.Parameter("asked", inspect.Parameter.KEYWORD_ONLY,
+                              default=None if optional else inspect.Parameter.empty,
+                              annotation=model | None if optional else model)]
+
+
+def _query_parameters(op: Operation) -> list[inspect.Parameter]:
+    """The ``GET`` form's query parameters, typed as a query string can carry them."""
+    return [inspect.Parameter(
+        p.name, inspect.Parameter.KEYWORD_ONLY, annotation=_plain_type(hint),
+        default=Query() if p.default is inspect.Parameter.empty else Query(p.default))
+        for p, hint in b.arguments(op)]
+
+
+def _plain_type(hint: Any) -> Any:
+    """A datetime comes as text; the rest as declared."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (types.UnionType, typing.Union) and datetime in args:
+        return typing.Union[tuple(a for a in args if a is not datetime)]  # noqa: UP007
+    return hint
+
+
+def _answer_model(op: Operation) -> Any:
+    if op.answer is None:
+        return None
+    if op.done is not None:
+        return dict[str, bool]
+    result = typing.get_type_hints(getattr(Surface, op.name))["return"]
+    if _has(result, Document, FoundDocument):
+        return dict[str, Any]  # as on_the_wire writes them, without the vector
+    return cast(Any, dict)[str, result]
+
+
+def _has(hint: Any, *kinds: type) -> bool:
+    return hint in kinds or any(_has(a, *kinds) for a in typing.get_args(hint))
+
+
+def add(op: Operation) -> None:
+    parameters = _path_parameters(op) + _body_parameters(op)
+    router.api_route(op.path, methods=[op.method], response_model=_answer_model(op),
+                     status_code=op.status, responses=PROBLEMS,
+                     name=op.name)(endpoint(op, parameters))
+    if op.query_path is not None:
+        router.api_route(op.query_path, methods=["GET"], response_model=_answer_model(op),
+                         responses=PROBLEMS, name=f"{op.name} (query)")(
+            endpoint(op, _query_parameters(op)))
+
+
+@router.get("/whoami", response_model=b.Role, responses=PROBLEMS)
 def whoami(remote: Remote = Caller) -> Response:
     return answer({"role": remote.client.role.value})
 
 
-# -- turns -----------------------------------------------------------------------------------
-
-
-@_route("POST", "/messages", b.MessageId, 201)
-def append(turn: b.Turn, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"id": remote.client.append(**turn.model_dump())}, 201)
-
-
-@_route("POST", "/messages/batch", b.MessageIds, 201)
-def append_many(turns: b.Turns, remote: Remote = Caller) -> Response:
-    given = [t.model_dump() for t in turns.messages]
-    with remote.lock:
-        return written(remote, {"ids": remote.client.append_many(given)}, 201)
-
-
-@_route("POST", "/flush", b.Flushed)
-def flush(wait: b.Wait | None = None, remote: Remote = Caller) -> Response:
-    wait = wait or b.Wait()
-    with remote.waiting(wait.timeout, wait.sent) as left:
-        remote.waiter.flush(left)
-    return answer({"flushed": True})
-
-
-@_route("POST", "/context", dict[str, list[ContextItem]])
-def get_context(asked: b.ContextQuery, remote: Remote = Caller) -> Response:
-    items = remote.client.get_context(asked.session_id, asked.query, asked.scope)
-    return answer({"items": items})
-
-
-@_route("GET", "/history", dict[str, list[Message]])
-def history(session_id: str, limit: int = 50, before: str | None = None,
-            after: str | None = None, summaries: bool = True,
-            remote: Remote = Caller) -> Response:
-    rows = remote.client.history(session_id, limit, before=before, after=after,
-                                 summaries=summaries)
-    return answer({"messages": rows})
-
-
-@_route("POST", "/history", dict[str, list[Message]])
-def history_typed(asked: b.HistoryQuery, remote: Remote = Caller) -> Response:
-    """``GET /v1/history`` with its arguments as JSON (RemoteMemoryClient's way)."""
-    return history(asked.session_id, asked.limit, asked.before, asked.after,
-                   asked.summaries, remote)
-
-
-@_route("GET", "/sessions", dict[str, list[SessionInfo]])
-def sessions(user_id: str | None = None, agent_id: str | None = None, limit: int = 50,
-             before: str | None = None, remote: Remote = Caller) -> Response:
-    found = remote.client.sessions(user_id, agent_id, limit=limit, before=before)
-    return answer({"sessions": found})
-
-
-@_route("POST", "/sessions", dict[str, list[SessionInfo]])
-def sessions_typed(asked: b.SessionsQuery, remote: Remote = Caller) -> Response:
-    """``GET /v1/sessions`` with its arguments as JSON."""
-    return sessions(asked.user_id, asked.agent_id, asked.limit, asked.before, remote)
-
-
-@_route("POST", "/forget/session", b.EventId)
-def forget_session(asked: b.ForgetSession, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.forget_session(asked.session_id)})
-
-
-@_route("POST", "/forget/message", b.EventId)
-def forget_message(asked: b.ForgetMessage, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.forget_message(
-            asked.session_id, asked.message_id)})
-
-
-@_route("POST", "/forget/user", b.EventId)
-def forget_user(asked: b.ForgetUser, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.forget_user(asked.user_id)})
-
-
-@_route("POST", "/forget/wait", dict[str, Any])
-def wait_forgotten(asked: b.WaitForgotten, remote: Remote = Caller) -> Response:
-    with remote.waiting(asked.timeout, asked.sent) as left:
-        return answer({"erased": remote.waiter.wait_forgotten(asked.event_id, left)})
-
-
-# -- facts -----------------------------------------------------------------------------------
-
-
-@_route("POST", "/facts", b.EventId)
-def set_fact(fact: b.FactSet, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.set_fact(
-            fact.category, fact.key, fact.value, fact.source, force=fact.force,
-            user_id=fact.user_id)})
-
-
-@_route("POST", "/facts/delete", b.EventId)
-def delete_fact(fact: b.FactDelete, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.delete_fact(
-            fact.category, fact.key, fact.source, force=fact.force, user_id=fact.user_id)})
-
-
-@_route("GET", "/facts", dict[str, list[Fact]])
-def facts(category: str | None = None, user_id: str | None = None,
-          remote: Remote = Caller) -> Response:
-    return answer({"facts": remote.client.facts(category, user_id=user_id)})
-
-
-@_route("POST", "/facts/query", dict[str, list[Fact]])
-def facts_typed(asked: b.FactsQuery, remote: Remote = Caller) -> Response:
-    """``GET /v1/facts`` with its arguments as JSON."""
-    return facts(asked.category, asked.user_id, remote)
-
-
-@_route("GET", "/facts/history", dict[str, list[FactChange]])
-def fact_history(category: str, key: str, user_id: str | None = None,
-                 remote: Remote = Caller) -> Response:
-    return answer({"changes": remote.client.fact_history(category, key, user_id=user_id)})
-
-
-@_route("POST", "/facts/history", dict[str, list[FactChange]])
-def fact_history_typed(asked: b.FactHistoryQuery, remote: Remote = Caller) -> Response:
-    """``GET /v1/facts/history`` with its arguments as JSON."""
-    return fact_history(asked.category, asked.key, asked.user_id, remote)
-
-
-# -- documents (the key-value store of agent frameworks) ------------------------------------
-
-
-@_route("POST", "/documents", b.EventId)
-def put_document(asked: b.DocumentPut, remote: Remote = Caller) -> Response:
-    """Embeds ``text`` here, with the server's model: the caller needs none."""
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.put_document(
-            asked.namespace, asked.key, asked.value, text=asked.text,
-            ttl_minutes=asked.ttl_minutes, user_id=asked.user_id)})
-
-
-@_route("POST", "/documents/delete", b.EventId)
-def delete_document(asked: b.DocumentName, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.delete_document(
-            asked.namespace, asked.key, user_id=asked.user_id)})
-
-
-@_route("POST", "/documents/touch", b.EventId)
-def touch_document(asked: b.DocumentName, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.touch_document(
-            asked.namespace, asked.key, user_id=asked.user_id)})
-
-
-@_route("POST", "/documents/get", dict[str, Any])
-def document(asked: b.DocumentName, remote: Remote = Caller) -> Response:
-    found = remote.client.document(asked.namespace, asked.key, user_id=asked.user_id)
-    return answer({"document": None if found is None else document_json(found)})
-
-
-@_route("POST", "/documents/search", dict[str, Any])
-def search_documents(asked: b.DocumentSearch, remote: Remote = Caller) -> Response:
-    hits = remote.client.search_documents(
-        asked.prefix, query=asked.query, filter=asked.filter, limit=asked.limit,
-        offset=asked.offset, user_id=asked.user_id)
-    return answer({"documents": [{"document": document_json(h.document), "score": h.score}
-                                 for h in hits]})
-
-
-@_route("POST", "/documents/namespaces", dict[str, list[list[str]]])
-def document_namespaces(asked: b.DocumentNamespaces, remote: Remote = Caller) -> Response:
-    return answer({"namespaces": remote.client.document_namespaces(user_id=asked.user_id)})
-
-
-def document_json(found: Document) -> dict[str, Any]:
-    """A document on the wire: without its vector (bytes, and of no use to a caller)."""
-    return {"namespace": list(found.namespace), "key": found.key, "value": found.value,
-            "created_at": found.created_at, "updated_at": found.updated_at,
-            "expires_at": found.expires_at, "user_id": found.user_id}
-
-
-# -- tasks -----------------------------------------------------------------------------------
-
-
-@_route("POST", "/tasks", b.MessageId, 201)
-def schedule_task(task: b.TaskNew, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        task_id = remote.client.schedule_task(task.name, task.schedule, task.prompt,
-                                              oneshot=task.oneshot, trusted=task.trusted,
-                                              tz=task.tz)
-        return written(remote, {"id": task_id}, 201)
-
-
-@_route("GET", "/tasks", dict[str, list[Task]])
-def tasks(remote: Remote = Caller) -> Response:
-    return answer({"tasks": remote.client.tasks()})
-
-
-@_route("GET", "/tasks/{task_id}", dict[str, Task])
-def task(task_id: str, remote: Remote = Caller) -> Response:
-    return answer({"task": remote.client.task(task_id)})
-
-
-@_route("POST", "/tasks/{task_id}/pause", None, 204)
-def pause_task(task_id: str, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        remote.client.pause_task(task_id)
-        return written(remote, None, 204)
-
-
-@_route("POST", "/tasks/{task_id}/resume", None, 204)
-def resume_task(task_id: str, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        remote.client.resume_task(task_id)
-        return written(remote, None, 204)
-
-
-@_route("DELETE", "/tasks/{task_id}", None, 204)
-def delete_task(task_id: str, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        remote.client.delete_task(task_id)
-        return written(remote, None, 204)
-
-
-# -- terminal approvals ----------------------------------------------------------------------
-
-
-@_route("POST", "/prefixes", b.PrefixAnswer)
-def allow_prefix(asked: b.Command, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"prefix": remote.client.allow_prefix(asked.command)})
-
-
-@_route("POST", "/prefixes/revoke", b.PrefixAnswer)
-def revoke_prefix(asked: b.Prefix, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"prefix": remote.client.revoke_prefix(asked.prefix)})
-
-
-@_route("GET", "/prefixes", dict[str, list[AllowedPrefix]])
-def allowed_prefixes(remote: Remote = Caller) -> Response:
-    return answer({"prefixes": remote.client.allowed_prefixes()})
-
-
-@_route("POST", "/commands/check", b.Allowed)
-def is_command_allowed(asked: b.CommandCheck, remote: Remote = Caller) -> Response:
-    allowed = remote.client.is_command_allowed(asked.command)  # never trusted= the caller's
-    return answer({"allowed": allowed})
-
-
-# -- tool macros -----------------------------------------------------------------------------
-
-
-@_route("POST", "/tool-calls", b.EventId)
-def record_tool_call(call: b.ToolCall, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.record_tool_call(
-            call.session_id, call.tool, call.args)})
-
-
-@_route("POST", "/tool-calls/suggest", dict[str, list[MacroSuggestion]])
-def suggest_next_tools(asked: b.ToolSuggest, remote: Remote = Caller) -> Response:
-    return answer({"suggestions": remote.client.suggest_next_tools(asked.tool, asked.args)})
-
-
-@_route("POST", "/macros/{macro_id}/use", b.EventId)
-def use_macro(macro_id: int, remote: Remote = Caller) -> Response:
-    with remote.lock:
-        return written(remote, {"event_id": remote.client.use_macro(macro_id)})
-
+for _op in OPERATIONS.values():
+    add(_op)
 
 __all__ = ["router"]
