@@ -18,13 +18,19 @@ twice so that drift in the machine's load hits both sides:
   then flushes; appends/s is turns over the time until every call returned.
 - ``append_many``: each caller sends ``--batches`` batches of 100 turns.
 
+Then authorization's cost: the same ``get_context`` calls over HTTP with an API key that
+names the sessions' users (``memq keys create --user ...``: each call checks the session's
+owner against the grant), against the shared agent token, alternately in the same run.
+
 Goals (issue 15): remote get_context p95 <= 2x in-process; >= 5,000 appends/s batched
-over HTTP. The embedding model runs on one thread on both sides (``[embed] threads``).
+over HTTP. Issue 27: a key's get_context at most 5% slower at p50 than the shared token's.
+The embedding model runs on one thread on both sides (``[embed] threads``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import itertools
 import os
@@ -56,6 +62,8 @@ from memq.store.write.writer import Writer
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = Path(os.environ.get("MEMQ_EMBED_MODEL_DIR", ROOT / "models" / "all-MiniLM-L6-v2"))
 BATCH = 100
+USERS = 20
+"""The sessions belong to this many users, and the bench's key names them all."""
 Client = MemoryClient | RemoteMemoryClient
 
 
@@ -66,12 +74,21 @@ def build(config: Config, sessions: list[str], turns: int) -> int:
     vectors = np.random.default_rng(7)
     writer = Writer.open(config, None)  # type: ignore[arg-type]  # Redis is never used
     try:
-        for chunk in _chunks((turn(s, i, rng) for i in range(turns) for s in sessions), 500):
+        made = (_owned(turn(s, i, rng), s) for i in range(turns) for s in sessions)
+        for chunk in _chunks(made, 500):
             apply(writer, chunk)
             apply(writer, [_embedded(e.payload["message_id"], vectors) for e in chunk])
     finally:
         writer.close()
     return len(sessions) * turns
+
+
+def _owned(event: Event, session: str) -> Event:
+    return dataclasses.replace(event, payload={**event.payload, "user_id": user_of(session)})
+
+
+def user_of(session: str) -> str:
+    return f"user-{int(session.rsplit('-', 1)[1]) % USERS}"
 
 
 def _chunks(events: Iterator[Event], size: int) -> Iterator[list[Event]]:
@@ -178,10 +195,12 @@ def batches(client: Client, count: int, prefix: str) -> list[float]:
 class Sides:
     """How each side makes a client for a caller: in process (agent credentials) or remote."""
 
-    def __init__(self, config: Config, agent_url: str, url: str, token: str) -> None:
+    def __init__(self, config: Config, agent_url: str, url: str, token: str,
+                 key: str) -> None:
         self.config = config.replace(redis_url=agent_url)
         self.url = url
         self.token = token
+        self.key = key
         self.shared = MemoryClient(config=self.config)
 
     def new(self, side: str) -> Client:
@@ -190,19 +209,25 @@ class Sides:
         return RemoteMemoryClient(self.url, token=self.token)
 
     def reader(self, side: str) -> Client:
-        return self.shared if side == "in-process" else RemoteMemoryClient(self.url,
-                                                                          token=self.token)
+        if side == "in-process":
+            return self.shared
+        return RemoteMemoryClient(self.url, token=self.key if side == "key" else self.token)
 
 
 def measure(sides: Sides, args: argparse.Namespace, sessions: list[str]
             ) -> dict[str, dict[str, list[float]]]:
     figures: dict[str, dict[str, list[float]]] = {
         name: {"in-process": [], "remote": []} for name in ("context", "append", "batched")}
-    for round_, side in enumerate(["in-process", "remote", "in-process", "remote"]):
+    figures["context"]["key"] = []
+    for round_, side in enumerate(["in-process", "remote", "key"] * 2):
         readers = [sides.reader(side) for _ in range(args.threads)]
         _, samples = in_threads(args.threads, functools.partial(
             _contexts_of, readers, sessions, args.contexts, round_))
         figures["context"][side] += samples
+        if side == "key":  # reads alone: authorization's cost is the read's
+            for reader in readers:
+                reader.close()
+            continue
         for name, work, per in (("append", appends, args.appends),
                                 ("batched", batches, args.batches)):
             writers = [sides.new(side) for _ in range(args.threads)]
@@ -221,7 +246,8 @@ def measure(sides: Sides, args: argparse.Namespace, sessions: list[str]
 
 def report(figures: dict[str, dict[str, list[float]]], threads: int) -> None:
     ms = {side: [v * 1000 for v in values] for side, values in figures["context"].items()}
-    p = {side: (percentile(v, 50), percentile(v, 95)) for side, v in ms.items()}
+    p = {side: (percentile(v, 50), percentile(v, 95)) for side, v in ms.items()
+         if side != "key"}
     print(f"get_context with a query, {threads} threads ({len(ms['remote'])} calls a side)")
     for side in ("in-process", "remote"):
         print(f"  {side:<11} p50 {p[side][0]:7.2f} ms  p95 {p[side][1]:7.2f} ms")
@@ -235,6 +261,10 @@ def report(figures: dict[str, dict[str, list[float]]], threads: int) -> None:
               f"(remote / in-process x{rates['remote'] / rates['in-process']:.2f})")
     batched = float(np.median(figures["batched"]["remote"]))
     print(f"appends/s batched over HTTP: {batched:,.0f} (goal >= 5,000)")
+    keyed = (percentile(ms["key"], 50), percentile(ms["key"], 95))
+    print(f"get_context over HTTP with a key of {USERS} users: p50 {keyed[0]:.2f} ms, "
+          f"p95 {keyed[1]:.2f} ms; key / agent token: p50 x{keyed[0] / p['remote'][0]:.2f}, "
+          f"p95 x{keyed[1] / p['remote'][1]:.2f} (goal p50 <= x1.05)")
 
 
 def main() -> None:
@@ -266,11 +296,19 @@ def run(url: str, tmp: Path, sessions: list[str], args: argparse.Namespace) -> N
                     log=serve_log) as server:
         server_url = f"http://127.0.0.1:{port}"
         token = wait_for_server(server_url, tmp / "agent.token", server, serve_log)
-        sides = Sides(config, urls[Role.AGENT], server_url, token)
+        sides = Sides(config, urls[Role.AGENT], server_url, token, scoped_key(config))
         for side in ("in-process", "remote"):  # load the model and the caches on both sides
             contexts(sides.reader(side), sessions[:4], 3, seed=0)
         report(measure(sides, args, sessions), args.threads)
         sides.shared.close()
+
+
+def scoped_key(config: Config) -> str:
+    """A key naming every user of the bench's sessions, minted by the person."""
+    with MemoryClient(config=config) as person:
+        made = person.create_key("bench", users=[f"user-{u}" for u in range(USERS)])
+        person.flush(60)
+    return made.secret
 
 
 def role_urls(url: str, directory: Path) -> dict[Role, str]:

@@ -143,6 +143,9 @@ RIGHTS: tuple[Right, ...] = (
     # "Always allow" approvals are the person's alone.
     _row(T.PREFIX_ALLOWED),
     _row(T.PREFIX_REVOKED),
+    # API keys are minted and revoked by the person alone.
+    _row(T.KEY_CREATED),
+    _row(T.KEY_REVOKED),
 )
 """Per event type, its rows in order: the first row whose ``applies`` holds decides."""
 

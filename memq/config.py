@@ -294,6 +294,16 @@ class OpsConfig:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    """``memq serve`` (``[serve]``)."""
+
+    require_keys: bool = False
+    """Refuse the shared ``agent.token``: every agent calls with a key of its own
+    (``memq keys create``), which reaches only its grant. ``admin.token`` stays the
+    person's."""
+
+
+@dataclass(frozen=True)
 class RetentionConfig:
     """How long messages, and the records of forgotten data, stay (``[retention]``);
     0 keeps them for good."""
@@ -371,6 +381,7 @@ class Config:
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     def __post_init__(self) -> None:
         days = self.retention.messages_days
@@ -502,6 +513,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "replication": ReplicationConfig,
     "retention": RetentionConfig,
     "redis": RedisConfig,
+    "serve": ServeConfig,
 }
 
 

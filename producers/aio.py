@@ -34,6 +34,7 @@ from memq.producers.aio_outbox import AsyncOutbox
 from memq.producers.documents import DocumentsOps
 from memq.producers.facts import FactsOps
 from memq.producers.identity import AsyncDatabaseCheck
+from memq.producers.keys import KeysOps
 from memq.producers.macros import MacrosOps
 from memq.producers.mixin import operation, settings, settings_of_role
 from memq.producers.ops import Op, Request, drive_async
@@ -57,7 +58,7 @@ thread sees it: ``asyncio.to_thread`` copies the context)."""
 
 
 class AsyncMemoryClient(
-    TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps,
+    TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, KeysOps,
     AsyncSurface,
 ):
     """One asyncio agent's handle on memq; share it between the tasks of one event loop."""

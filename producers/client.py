@@ -18,6 +18,7 @@ from memq.config import Config
 from memq.producers.documents import DocumentsOps
 from memq.producers.facts import FactsOps
 from memq.producers.identity import DatabaseCheck
+from memq.producers.keys import KeysOps
 from memq.producers.macros import MacrosOps
 from memq.producers.mixin import SyncClientBase, settings, settings_of_role
 from memq.producers.outbox import Outbox
@@ -33,7 +34,7 @@ __all__ = ["DEFAULT_IMPORTANCE", "MemoryClient", "default_importance"]
 
 
 class MemoryClient(
-    TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps,
+    TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, KeysOps,
     SyncClientBase, Surface,
 ):
     """One agent process's handle on memq. Thread-safe for reads; use one per thread to write.

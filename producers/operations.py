@@ -28,6 +28,8 @@ class Right(enum.StrEnum):
     READ = "read"
     WRITE = "write"
     FORGET = "forget"
+    ADMIN = "admin"
+    """The person's alone (admin credentials): never a key's."""
 
 
 class Kind(enum.StrEnum):
@@ -68,7 +70,7 @@ class Operation:
                      if part.startswith("{") and part.endswith("}"))
 
 
-R, W, F = Right.READ, Right.WRITE, Right.FORGET
+R, W, F, A = Right.READ, Right.WRITE, Right.FORGET, Right.ADMIN
 
 
 def _read(name: str, method: str, path: str, answer: str, *, right: Right = R,
@@ -132,6 +134,10 @@ _ROWS = [
     _write("record_tool_call", "POST", "/tool-calls", "event_id"),
     _read("suggest_next_tools", "POST", "/tool-calls/suggest", "suggestions"),
     _write("use_macro", "POST", "/macros/{macro_id}/use", "event_id"),
+    # API keys
+    _write("create_key", "POST", "/keys", "key", right=A, status=201),
+    _read("api_keys", "GET", "/keys", "keys", right=A),
+    _write("revoke_key", "POST", "/keys/{key_id}/revoke", "key_id", right=A),
 ]
 
 OPERATIONS: Mapping[str, Operation] = MappingProxyType({op.name: op for op in _ROWS})

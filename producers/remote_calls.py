@@ -34,6 +34,7 @@ from memq.producers.macros import MAX_ID
 from memq.producers.operations import OPERATIONS, Kind, Operation
 from memq.producers.surface import Surface
 from memq.store.read.documents import Document
+from memq.store.read.keys import ApiKey
 
 T = TypeVar("T")
 CLIENT_ID_HEADER = "Memq-Client-Id"
@@ -202,8 +203,19 @@ def found_document(data: Mapping[str, Any]) -> FoundDocument:
     return FoundDocument(document(data["document"]), data["score"])
 
 
+def api_key(data: Mapping[str, Any]) -> ApiKey:
+    key = build(ApiKey, data)
+    return dataclasses.replace(key, rights=tuple(key.rights), users=_tuple(key.users),
+                               agents=_tuple(key.agents))
+
+
+def _tuple(value: Any) -> Any:
+    return None if value is None else tuple(value)
+
+
 _SPECIAL: dict[Any, Callable[[Any], Any]] = {
     ContextItem: context_item, Document: document, FoundDocument: found_document,
+    ApiKey: api_key,
 }
 
 

@@ -10,11 +10,13 @@ from typing import Any
 
 from memq.producers.context import ContextItem
 from memq.producers.documents import FoundDocument
+from memq.producers.keys import NewKey
 from memq.producers.macros import MacroSuggestion
 from memq.producers.mixin import check_flag
 from memq.producers.prefixes import AllowedPrefix
 from memq.store.read.documents import Document
 from memq.store.read.facts import Fact, FactChange
+from memq.store.read.keys import ApiKey
 from memq.store.read.messages import Message
 from memq.store.read.sessions import SessionInfo
 from memq.store.read.tasks import Task
@@ -273,6 +275,27 @@ class AsyncSurface:
     async def use_macro(self, macro_id: int) -> str:
         """Count one use of a suggested macro; returns the event id."""
         return await self._call("use_macro", locals())
+
+    # -- API keys (the person's) -----------------------------------------------------
+
+    async def create_key(
+        self, name: str, *, users: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None, can: Sequence[str] = ("read", "write"),
+        expires_at: datetime | str | None = None,
+    ) -> NewKey:
+        """Mint a key for ``memq serve``: its bearer reaches only ``users`` (None: every
+        user) and ``agents`` (None: every agent), and may do only what ``can`` lists
+        (``read``, ``write``, ``forget``). The secret is in the answer, and nowhere else.
+        Admin credentials only."""
+        return await self._call("create_key", locals())
+
+    async def api_keys(self) -> list[ApiKey]:
+        """Every key, newest first, revoked ones too (never a secret). Admin only."""
+        return await self._call("api_keys", locals())
+
+    async def revoke_key(self, key_id: str) -> str:
+        """Revoke a key: every server refuses it within a second. Admin only."""
+        return await self._call("revoke_key", locals())
 
 
 __all__ = ["AsyncSurface"]

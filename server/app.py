@@ -34,6 +34,7 @@ from memq.errors import (
 from memq.problems import MEDIA_TYPE, from_error, problem
 from memq.producers.client import MemoryClient
 from memq.server.guard import Guard
+from memq.server.principals import KEY_TTL_S, KeyRing, Principals, keys_in
 from memq.server.remotes import MAX_REMOTES, MAX_WAITS, Remotes
 from memq.server.routes import router
 from memq.tokens import Tokens
@@ -46,21 +47,24 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 def create_app(
     bases: dict[Role, MemoryClient], tokens: Tokens, *, allowed_hosts: Iterable[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_remotes: int = MAX_REMOTES,
-    max_waits: int = MAX_WAITS,
+    max_waits: int = MAX_WAITS, require_keys: bool = False, key_ttl_s: float = KEY_TTL_S,
 ) -> Guard:
-    """The API over ``bases`` (one client per served role), behind its guard."""
+    """The API over ``bases`` (one client per served role), behind its guard; callers
+    come with a role's token or an API key (``server/principals.py``)."""
     # No /docs or /redoc: FastAPI's pages load their scripts from a CDN, which would then
     # run on the API's origin. The schema itself stays at /openapi.json.
     api = FastAPI(title="memq", version="1", description=__doc__ or "", docs_url=None,
                   redoc_url=None)
     api.state.remotes = Remotes(bases, max_remotes, max_waits)
-    api.state.tokens = tokens
+    readers = next(iter(bases.values())).readers
+    principals = Principals(tokens, KeyRing(keys_in(readers), key_ttl_s), require_keys=require_keys)
+    api.state.principals = principals
     api.include_router(router)
     api.add_exception_handler(MemqError, _memq_error)
     api.add_exception_handler(RequestValidationError, _invalid_request)
     api.add_exception_handler(HTTPException, _http_error)
     api.add_exception_handler(Exception, _server_fault)
-    return Guard(api, allowed_hosts, max_body_bytes, tokens=tokens)
+    return Guard(api, allowed_hosts, max_body_bytes, tokens=principals)
 
 
 def _problem(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import orjson
 
+from memq.authority import Role
 from memq.problems import MEDIA_TYPE, problem
-from memq.tokens import Tokens
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -33,6 +33,12 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class RoleOf(Protocol):
+    """What a presented token stands for (``server/principals.py``, ``memq.tokens``)."""
+
+    def role_of(self, presented: str) -> Role | None: ...
 
 
 class TooLarge(Exception):
@@ -56,7 +62,7 @@ class Guard:
     """``Guard(app, allowed_hosts, max_body_bytes, tokens=...)`` is an ASGI app."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str], max_body_bytes: int, *,
-                 tokens: Tokens | None = None, max_bodies: int = MAX_BODIES,
+                 tokens: RoleOf | None = None, max_bodies: int = MAX_BODIES,
                  body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.app = app
         hosts = frozenset(h.lower().strip("[]") for h in allowed_hosts)
@@ -91,8 +97,9 @@ class Guard:
             return 403, "PermissionDenied", "requests from this origin are not served here"
         needs_token = scope.get("method") not in BODILESS or _declares_body(headers)
         if needs_token and self.tokens is not None and not self._token_ok(headers):
-            return 401, "AuthenticationFailed", ("a bearer token is needed: agent.token "
-                                                 "or admin.token, beside the database")
+            return 401, "AuthenticationFailed", (
+                "a bearer token is needed: a key (memq keys create), or agent.token or "
+                "admin.token beside the database")
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
             return 413, "ValidationError", self._too_large()

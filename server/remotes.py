@@ -37,7 +37,7 @@ from memq.authority import Role
 from memq.broker import inbox_end, stream_position
 from memq.errors import AuthenticationFailed, Busy, FlushTimeout, ValidationError
 from memq.producers.client import MemoryClient
-from memq.tokens import Tokens
+from memq.server.principals import Grant, Principal, Principals
 
 MAX_REMOTES = 10_000
 MAX_WAITS = 8
@@ -62,6 +62,8 @@ class Remote:
     client: MemoryClient
     waiter: MemoryClient
     waits: threading.BoundedSemaphore
+    grant: Grant | None = None
+    """What the caller's key reaches (None: a shared token, its role's every right)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     turn: threading.Lock = field(default_factory=threading.Lock)
     queued: threading.BoundedSemaphore = field(
@@ -120,9 +122,9 @@ class Remote:
             outbox.expect(written)
 
 
-def sender_of(role: Role, client_id: str) -> str:
+def sender_of(principal: str, client_id: str) -> str:
     """The sender id of a remote client's events: the same on every server, every time."""
-    return hashlib.sha256(f"memq serve\0{role.value}\0{client_id}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"memq serve\0{principal}\0{client_id}".encode()).hexdigest()[:32]
 
 
 class Remotes:
@@ -132,20 +134,23 @@ class Remotes:
         self.cap = cap
         # Per role, so agents holding every place never keep the admin from flushing.
         self.waits = {role: threading.BoundedSemaphore(max_waits) for role in bases}
-        self._remotes: OrderedDict[tuple[Role, str], Remote] = OrderedDict()
+        self._remotes: OrderedDict[tuple[str, str], Remote] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, role: Role, client_id: str | None) -> Remote:
+    def get(self, principal: Principal, client_id: str | None) -> Remote:
         if client_id is not None and not CLIENT_ID.fullmatch(client_id):
             raise ValidationError(
                 "Memq-Client-Id must be 1 to 64 letters, digits, '-' or '_'")
-        key = (role, client_id or "")
+        key = (principal.name, client_id or "")
         with self._lock:
             remote = self._remotes.get(key)
             if remote is None:
-                client, waiter = (self.bases[role].with_own_outbox() for _ in range(2))
-                client.outbox.sender = waiter.outbox.sender = sender_of(role, client_id or "")
-                remote = self._remotes[key] = Remote(client, waiter, self.waits[role])
+                base = self.bases[principal.role]
+                client, waiter = (base.with_own_outbox() for _ in range(2))
+                client.outbox.sender = waiter.outbox.sender = sender_of(*key)
+                remote = self._remotes[key] = Remote(client, waiter,
+                                                     self.waits[principal.role],
+                                                     grant=principal.grant)
                 while len(self._remotes) > self.cap:
                     self._remotes.popitem(last=False)
             else:
@@ -158,12 +163,14 @@ def caller(
     credentials: HTTPAuthorizationCredentials | None = BEARER,
     client_id: str | None = CLIENT_ID_HEADER,
 ) -> Remote:
-    """The client a request runs on: its token's role, its own outbox."""
-    tokens: Tokens = request.app.state.tokens
-    role = None if credentials is None else tokens.role_of(credentials.credentials)
-    if role is None:
+    """The client a request runs on: its token's principal, its own outbox."""
+    principals: Principals = request.app.state.principals
+    found = None if credentials is None else principals.principal(credentials.credentials)
+    if found is None:
         raise AuthenticationFailed(
-            "a bearer token is needed: agent.token or admin.token, beside the database"
-            if credentials is None else "this bearer token is not one this server issued")
+            "a bearer token is needed: a key (memq keys create), or agent.token or "
+            "admin.token beside the database" if credentials is None
+            else "this bearer token is not one this server issued, or it was revoked or "
+                 "has expired")
     remotes: Remotes = request.app.state.remotes
-    return remotes.get(role, client_id)
+    return remotes.get(found, client_id)

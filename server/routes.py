@@ -23,6 +23,7 @@ from memq.producers.documents import FoundDocument
 from memq.producers.operations import OPERATIONS, Kind, Operation
 from memq.producers.surface import Surface
 from memq.server import bodies as b
+from memq.server import grants
 from memq.server.remotes import Remote, caller
 from memq.store.read.documents import Document
 
@@ -76,7 +77,7 @@ def on_the_wire(value: Any) -> Any:
 
 
 def _read(op: Operation, remote: Remote, given: dict[str, Any]) -> Response:
-    result = getattr(remote.client, op.name)(**given)
+    result = grants.shown_to(remote.grant, op, getattr(remote.client, op.name)(**given))
     return answer({op.answer: on_the_wire(result)})
 
 
@@ -111,6 +112,7 @@ def endpoint(op: Operation, parameters: list[inspect.Parameter]) -> Callable[...
         asked = given.pop("asked", None)
         if asked is not None:
             given.update({renamed.get(k, k): v for k, v in _fields(asked).items()})
+        grants.admit(remote.grant, op, given, remote.client)
         return RUN[op.kind](op, remote, given)
 
     call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

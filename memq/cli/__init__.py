@@ -23,6 +23,7 @@ from memq.cli import (
     embeddings,
     facts,
     forget,
+    keys,
     mcp,
     metrics,
     model,
@@ -40,7 +41,7 @@ from memq.errors import MemqError
 
 GROUPS = (
     writer, worker, admin, model, context, sessions, forget, embeddings, consolidate, tasks,
-    facts, up, status, dashboard, metrics, demo, acl, prefixes, replication, serve, mcp,
+    facts, up, status, dashboard, metrics, demo, acl, prefixes, keys, replication, serve, mcp,
 )
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
@@ -48,7 +49,7 @@ GROUPS = (
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("start here", ("up", "status", "demo", "context", "sessions")),
     ("the person's", ("facts", "tasks", "allow", "revoke", "allowed", "forget", "rejected",
-                      "acl")),
+                      "acl", "keys")),
     ("operate", ("writer", "worker", "scheduler", "serve", "mcp", "dashboard", "metrics",
                  "replicate")),
     ("maintenance", ("migrate", "rebuild", "backup", "restore", "fetch-model",

@@ -53,7 +53,8 @@ def serve(args: argparse.Namespace) -> int:
     bases = clients(config, role_urls(config))
     tokens = Tokens.in_directory(directory)
     hosts = allowed_hosts(args.host, args.allow_host)
-    app = create_app(bases, tokens, allowed_hosts=hosts)
+    app = create_app(bases, tokens, allowed_hosts=hosts,
+                     require_keys=config.serve.require_keys)
     scheme = "https" if args.ssl_certfile else "http"
     logs.log(logger, "serving the memq API", url=f"{scheme}://{args.host}:{args.port}/docs",
              tokens=[str(token_path(directory, role)) for role in SERVED_ROLES])

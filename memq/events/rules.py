@@ -89,6 +89,38 @@ def _distinct_ids(value: list[Any], limit: int, names: tuple[str, str, str]) -> 
     return None
 
 
+MAX_GRANTED = 1000
+"""Most users (or agents) one key may name."""
+
+RIGHTS = frozenset({"read", "write", "forget", "delegate"})
+
+
+def granted_ids(value: list[Any]) -> str | None:
+    """The users or agents a key names: 1 to 1000 distinct identifiers."""
+    return _distinct_ids(value, MAX_GRANTED, ("user or agent", "users or agents", "an id"))
+
+
+def rights(value: list[Any]) -> str | None:
+    unknown = [r for r in value if r not in RIGHTS]
+    if unknown or len(set(value)) != len(value):
+        return f"must be distinct rights among {', '.join(sorted(RIGHTS))}"
+    return None
+
+
+KEY_ID = re.compile(r"[a-f0-9]{16}")
+
+
+def key_id(value: str) -> str | None:
+    return None if KEY_ID.fullmatch(value) else "must be 16 hexadecimal digits"
+
+
+SHA256 = re.compile(r"[a-f0-9]{64}")
+
+
+def sha256(value: str) -> str | None:
+    return None if SHA256.fullmatch(value) else "must be a SHA-256 digest in hexadecimal"
+
+
 def proposed_facts(value: list[Any]) -> str | None:
     for fact in value:
         try:

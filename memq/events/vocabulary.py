@@ -43,6 +43,8 @@ class EventType(StrEnum):
     DOCUMENT_PUT = "document.put"
     DOCUMENT_DELETED = "document.deleted"
     DOCUMENT_TOUCHED = "document.touched"
+    KEY_CREATED = "key.created"
+    KEY_REVOKED = "key.revoked"
 
 
 
@@ -272,6 +274,21 @@ SCHEMAS: dict[str, Schema] = {
     EventType.PREFIX_ALLOWED: Schema(1, {"prefix": _PREFIX}),
     EventType.PREFIX_REVOKED: Schema(1, {"prefix": Field(str, max_chars=500,
                                                          check=rules.revoked_prefix)}),
+    # API keys (memq keys): what a bearer of the key may reach. The secret itself is never
+    # logged, only its digest; users / agents absent: every user / agent.
+    EventType.KEY_CREATED: Schema(
+        1,
+        {
+            "key_id": Field(str, check=rules.key_id),
+            "name": _ID,
+            "secret_sha256": Field(str, check=rules.sha256),
+            "users": _opt(list, check=rules.granted_ids),
+            "agents": _opt(list, check=rules.granted_ids),
+            "rights": Field(list, check=rules.rights),
+            "expires_at": _opt(str, timestamp=True),
+        },
+    ),
+    EventType.KEY_REVOKED: Schema(1, {"key_id": Field(str, check=rules.key_id)}),
 }
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]

@@ -13,6 +13,7 @@ import apsw
 
 from memq.store.migrations import foundation as f
 from memq.store.migrations import memory_model as m
+from memq.store.migrations import principals as p
 from memq.store.migrations.foundation import applied_names, has_table
 
 __all__ = ["MIGRATIONS", "Migration", "applied_names", "has_table"]
@@ -55,4 +56,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0022_message_forgetting", m.message_forgetting),
     Migration("0023_document_erasure", m.document_erasure),
     Migration("0024_macro_content_ids", m.macro_content_ids),
+    Migration("0025_api_keys", p.api_keys),
 ]

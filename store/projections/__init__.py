@@ -22,6 +22,7 @@ from memq.store.projections import (
     documents,
     facts,
     forgetting,
+    keys,
     macros,
     messages,
     prefixes,
@@ -42,6 +43,7 @@ APPLIERS: dict[str, Applier] = {
     **forgetting.APPLIERS,
     **documents.APPLIERS,
     **retention.APPLIERS,
+    **keys.APPLIERS,
 }
 
 BATCH_APPLIERS: dict[str, BatchApplier] = {

@@ -368,6 +368,8 @@ ERASURE: dict[str, str] = {
     T.SESSION_FORGOTTEN: "none: the erasing event names what it erased, no content",
     T.MESSAGE_FORGOTTEN: "none: as session.forgotten",
     T.USER_FORGOTTEN: "none: as session.forgotten",
+    T.KEY_CREATED: "none: the person's grant, naming users and no content of theirs",
+    T.KEY_REVOKED: "none: as key.created",
 }
 """How a forget reaches each event type's payload; a test checks every type has a line and
 that the statements above name exactly the types marked by message and by user."""

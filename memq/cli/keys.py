@@ -1,0 +1,105 @@
+"""``memq keys create|list|revoke``: the person's API keys for ``memq serve``.
+
+A key reaches only the users and agents it names and does only what it ``--can``; its
+secret is printed once, by ``create``, and kept nowhere. Admin credentials (the person's),
+as every command that grants something.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from memq.cli.common import (
+    add_store_options,
+    add_wait_option,
+    person,
+    print_json,
+    wait_committed,
+)
+
+UNITS = {"m": 60, "h": 3600, "d": 86400}
+DURATION = re.compile(r"([1-9][0-9]{0,5})([mhd])")
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("keys", help="API keys for memq serve: create, list, revoke")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    create = verbs.add_parser("create", help="mint a key; prints its secret once")
+    create.add_argument("name", help="what the key is for (shown in lists)")
+    who = create.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", action="append", dest="users", metavar="USER",
+                     help="a user the key reaches (repeatable)")
+    who.add_argument("--all-users", action="store_true", help="every user")
+    create.add_argument("--agent", action="append", dest="agents", metavar="AGENT",
+                        help="an agent the key reaches (repeatable; default: every agent)")
+    create.add_argument("--can", type=_rights, default=["read", "write"],
+                        help="what it may do: read,write,forget (default read,write)")
+    create.add_argument("--expires", type=_duration, metavar="DURATION",
+                        help="lifetime, e.g. 30d, 12h, 15m (default: until revoked)")
+    create.add_argument("--json", action="store_true", help="one JSON object")
+    listing = verbs.add_parser("list", help="every key, never a secret")
+    listing.add_argument("--json", action="store_true", help="one JSON object")
+    revoke = verbs.add_parser("revoke", help="revoke keys: refused everywhere within 1 s")
+    revoke.add_argument("key_ids", nargs="+", metavar="ID")
+    for command in (create, revoke):
+        add_wait_option(command)
+    for command in (create, listing, revoke):
+        add_store_options(command)
+    create.set_defaults(func=create_key)
+    listing.set_defaults(func=list_keys)
+    revoke.set_defaults(func=revoke_keys)
+
+
+def _rights(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _duration(text: str) -> timedelta:
+    match = DURATION.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30d, 12h or 15m")
+    return timedelta(seconds=int(match.group(1)) * UNITS[match.group(2)])
+
+
+def create_key(args: argparse.Namespace) -> int:
+    expires = None if args.expires is None else datetime.now(UTC) + args.expires
+    with person(args) as client:
+        made = client.create_key(args.name, users=None if args.all_users else args.users,
+                                 agents=args.agents, can=args.can, expires_at=expires)
+        wait_committed(client, args.wait)
+    if args.json:
+        print_json(dataclasses.asdict(made))
+    else:
+        print(f"key {made.id} created; its secret, shown this once:\n{made.secret}")
+    return 0
+
+
+def list_keys(args: argparse.Namespace) -> int:
+    with person(args) as client:
+        found = client.api_keys()
+    if args.json:
+        print_json({"keys": [dataclasses.asdict(key) for key in found]})
+        return 0
+    for key in found:
+        users = "every user" if key.users is None else ", ".join(key.users)
+        agents = "" if key.agents is None else f"; agents {', '.join(key.agents)}"
+        state = (f"revoked {key.revoked_at}" if key.revoked_at
+                 else f"expires {key.expires_at}" if key.expires_at else "no expiry")
+        print(f"{key.id}  {key.name}  {users}{agents}; can {','.join(key.rights)}; {state}")
+    if not found:
+        print("no key yet: memq keys create NAME --user USER")
+    return 0
+
+
+def revoke_keys(args: argparse.Namespace) -> int:
+    with person(args) as client:
+        for key_id in args.key_ids:
+            client.revoke_key(key_id)
+        wait_committed(client, args.wait)
+    for key_id in args.key_ids:
+        print(f"revoked: {key_id}")
+    return 0

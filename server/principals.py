@@ -1,0 +1,134 @@
+"""Who is calling: a presented bearer token resolved to a principal.
+
+Two kinds of token reach the server. The shared ones (``agent.token``, ``admin.token``,
+:mod:`memq.tokens`) stand for a whole role: every user's memory. An API key
+(``memq keys create``) stands for its grant: the users and agents it names and what it may
+do there, which :mod:`memq.server.grants` enforces on every call. A key acts with the
+agent role's Redis credentials, so its events are an agent's, whatever its grant.
+
+Keys are read from the database and each is kept at most :data:`KEY_TTL_S`: a key revoked
+or expired is refused by every server within a second, without a message between them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memq.authority import Role
+from memq.clock import now_rfc3339
+from memq.producers.keys import TOKEN, digest
+from memq.store.read.keys import ApiKey, key_with_digest
+from memq.store.read.pool import ReadPool
+from memq.tokens import Tokens
+
+KEY_TTL_S = 0.5
+MAX_CACHED_KEYS = 10_000
+
+Lookup = Callable[[str], tuple[ApiKey, str] | None]
+"""key id -> the key and its secret's digest, or None."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a key's bearer may reach: ``None`` for every user (or agent)."""
+
+    key_id: str
+    users: frozenset[str] | None
+    agents: frozenset[str] | None
+    rights: frozenset[str]
+
+    @property
+    def everyone(self) -> bool:
+        """Every user and agent: only what it may do is limited."""
+        return self.users is None and self.agents is None
+
+
+@dataclass(frozen=True)
+class Principal:
+    role: Role
+    grant: Grant | None = None
+    """None: a shared token, the role's every right."""
+
+    @property
+    def name(self) -> str:
+        """Stable per principal: the remote clients and their senders are keyed on it."""
+        return self.role.value if self.grant is None else f"key-{self.grant.key_id}"
+
+
+class KeyRing:
+    """The keys, each read again once it is :data:`KEY_TTL_S` old."""
+
+    def __init__(self, lookup: Lookup, ttl_s: float = KEY_TTL_S) -> None:
+        self._lookup = lookup
+        self.ttl_s = ttl_s
+        self._cached: OrderedDict[str, tuple[float, tuple[ApiKey, str] | None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def grant_of(self, presented: str) -> Grant | None:
+        """The grant of a live key whose secret this is, or None."""
+        match = TOKEN.fullmatch(presented)
+        if match is None:
+            return None
+        found = self._key(match.group(1))
+        if found is None:
+            return None
+        key, stored = found
+        if not hmac.compare_digest(digest(presented), stored):
+            return None
+        if key.revoked_at is not None or (key.expires_at is not None
+                                          and key.expires_at <= now_rfc3339()):
+            return None
+        return Grant(key.id, _set(key.users), _set(key.agents), frozenset(key.rights))
+
+    def _key(self, key_id: str) -> tuple[ApiKey, str] | None:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cached.get(key_id)
+            if cached is not None and now - cached[0] < self.ttl_s:
+                return cached[1]
+        found = self._lookup(key_id)
+        with self._lock:
+            self._cached[key_id] = (now, found)
+            self._cached.move_to_end(key_id)
+            while len(self._cached) > MAX_CACHED_KEYS:
+                self._cached.popitem(last=False)
+        return found
+
+
+def keys_in(readers: ReadPool) -> Lookup:
+    """Keys read through ``readers`` (an empty database until the writer made it)."""
+    def lookup(key_id: str) -> tuple[ApiKey, str] | None:
+        with readers.connection() as conn:
+            return key_with_digest(conn, key_id)
+    return lookup
+
+
+def _set(ids: tuple[str, ...] | None) -> frozenset[str] | None:
+    return None if ids is None else frozenset(ids)
+
+
+class Principals:
+    """The server's door: a token to its principal, or None."""
+
+    def __init__(self, tokens: Tokens, keys: KeyRing, *, require_keys: bool = False) -> None:
+        self.tokens = tokens
+        self.keys = keys
+        self.require_keys = require_keys
+
+    def principal(self, presented: str) -> Principal | None:
+        role = self.tokens.role_of(presented)
+        if role is not None:
+            # With require_keys, agents come with keys of their own; the person keeps theirs.
+            return None if self.require_keys and role is Role.AGENT else Principal(role)
+        grant = self.keys.grant_of(presented)
+        return None if grant is None else Principal(Role.AGENT, grant)
+
+    def role_of(self, presented: str) -> Role | None:
+        """As :meth:`Tokens.role_of`, for the guard's check before a body is read."""
+        found = self.principal(presented)
+        return None if found is None else found.role

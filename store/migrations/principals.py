@@ -1,0 +1,27 @@
+"""Migrations of who may reach what: API keys."""
+
+from __future__ import annotations
+
+import apsw
+
+
+def api_keys(cur: apsw.Cursor) -> None:
+    # API keys (store/projections/keys.py): one row per key ever created, kept once revoked
+    # so `memq keys list` and the audit can name it. The secret is never stored, only its
+    # SHA-256 (a 256-bit random token needs no slow hash). `users` / `agents` are JSON
+    # arrays, NULL for every user / agent.
+    cur.execute(
+        """
+        CREATE TABLE api_keys (
+            id            TEXT PRIMARY KEY,
+            name          TEXT NOT NULL,
+            secret_sha256 TEXT NOT NULL,
+            users         TEXT,
+            agents        TEXT,
+            rights        TEXT NOT NULL,
+            expires_at    TEXT,
+            created_at    TEXT NOT NULL,
+            revoked_at    TEXT
+        );
+        """
+    )

@@ -1,0 +1,256 @@
+"""API keys at the door of ``memq serve``: each reaches only its grant, and outside it the
+answer is the one for something that does not exist."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import apsw
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memq import RemoteMemoryClient
+from memq.authority import Role
+from memq.config import Config
+from memq.errors import AuthenticationFailed, MemqError, NotFound, PermissionDenied, ValidationError
+from memq.producers.operations import OPERATIONS
+from memq.server import bodies
+from memq.testing import WriterThread
+from tests.producers.serving import Served, serving
+
+pytestmark = [pytest.mark.redis]
+
+
+@pytest.fixture
+def served(config: Config, role_urls: dict[Role, str], writer: WriterThread,
+           tmp_path: Path) -> Iterator[Served]:
+    # Keys read afresh on every call: a revocation is seen at once, and no test waits.
+    with serving(config, role_urls, tmp_path, key_ttl_s=0.0) as running:
+        yield running
+
+
+@pytest.fixture
+def admin(served: Served) -> Iterator[RemoteMemoryClient]:
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as client:
+        client.append("bob-chat", "user", "bob's secret plan", user_id="bob", agent_id="a1")
+        client.set_fact("diet", "likes", "figs", user_id="bob")
+        client.schedule_task("standup", "every weekday at 9am", "post it")
+        client.flush()
+        yield client
+
+
+def key_for(admin: RemoteMemoryClient, served: Served, **grant: object) -> RemoteMemoryClient:
+    made = admin.create_key("test", **grant)  # type: ignore[arg-type]
+    admin.flush()
+    return RemoteMemoryClient(served.url, token=made.secret)
+
+
+def test_a_key_of_one_user_works_in_that_users_sessions(admin: RemoteMemoryClient,
+                                                        served: Served) -> None:
+    with key_for(admin, served, users=["alice"]) as alice:
+        alice.append("alice-chat", "user", "alice's own words")  # the key's user, filled in
+        alice.set_fact("diet", "likes", "pears", user_id="alice")
+        alice.flush()
+        assert [m.content for m in alice.history("alice-chat")] == ["alice's own words"]
+        assert [s.session_id for s in alice.sessions()] == ["alice-chat"]
+        assert alice.sessions()[0].user_id == "alice"
+        assert [f.value for f in alice.facts(user_id="alice")] == ["pears"]
+        assert alice.get_context("alice-chat", "words", scope="user")
+
+
+OUTSIDE = {
+    "history": lambda c: c.history("bob-chat"),
+    "context": lambda c: c.get_context("bob-chat", "plan"),
+    "context at user scope": lambda c: c.get_context("bob-chat", "plan", scope="user"),
+    "append": lambda c: c.append("bob-chat", "user", "hijack"),
+    "append to a new session as bob": lambda c: c.append("new", "user", "x", user_id="bob"),
+    "forget": lambda c: c.forget_session("bob-chat"),
+    "forget a message": lambda c: c.forget_message("bob-chat", "any"),
+    "record a tool call": lambda c: c.record_tool_call("bob-chat", "search", {"q": "x"}),
+    "facts": lambda c: c.facts(user_id="bob"),
+    "fact history": lambda c: c.fact_history("diet", "likes", user_id="bob"),
+    "set a fact": lambda c: c.set_fact("diet", "likes", "nothing", user_id="bob"),
+    "sessions": lambda c: c.sessions(user_id="bob"),
+    "document": lambda c: c.document(["notes"], "k", user_id="bob"),
+    "a session that does not exist": lambda c: c.history("no-such-chat"),
+}
+
+
+def test_anything_of_another_user_does_not_exist_for_the_key(
+    admin: RemoteMemoryClient, served: Served
+) -> None:
+    answered = {}
+    with key_for(admin, served, users=["alice"], can=["read", "write", "forget"]) as alice:
+        for what, call in OUTSIDE.items():
+            try:
+                answered[what] = call(alice)
+            except NotFound:
+                continue
+    assert answered == {}
+    assert [m.content for m in admin.history("bob-chat")] == ["bob's secret plan"]
+
+
+def test_lists_show_only_the_grant(admin: RemoteMemoryClient, served: Served) -> None:
+    with key_for(admin, served, users=["alice"]) as alice:
+        assert alice.sessions() == []
+        assert alice.tasks() == []
+        assert [f.user_id for f in alice.facts()] == []  # the globals alone: none here
+        with pytest.raises(NotFound):
+            alice.task(admin.tasks()[0].id)
+
+
+REFUSED = [
+    ({"users": ["alice"], "can": ["read"]}, lambda c: c.append("a", "user", "x"), "write"),
+    ({"users": ["alice"]}, lambda c: c.forget_session("a"), "forget"),
+    ({"users": ["alice"]}, lambda c: c.schedule_task("t", "in 2 hours", "p"), "tasks"),
+    ({"users": ["alice"]}, lambda c: c.set_fact("c", "k", "v"), "name the user_id"),
+    ({"users": ["alice"]}, lambda c: c.get_context("a", scope="agent"), "session or user"),
+    ({"users": ["alice", "carol"]}, lambda c: c.append("n", "user", "x"), "several users"),
+    ({"users": None}, lambda c: c.api_keys(), "admin"),
+    ({"users": None}, lambda c: c.create_key("mine"), "admin"),
+    ({"users": None}, lambda c: c.revoke_key("0" * 16), "admin"),
+]
+
+
+def test_what_a_key_may_not_do_is_refused_by_name(admin: RemoteMemoryClient,
+                                                  served: Served) -> None:
+    for grant, call, refused in REFUSED:
+        with key_for(admin, served, **grant) as client, \
+                pytest.raises(PermissionDenied, match=refused):
+            call(client)
+
+
+def test_a_key_of_every_user_reaches_every_session(admin: RemoteMemoryClient,
+                                                  served: Served) -> None:
+    with key_for(admin, served, users=None, can=["read"]) as reader:
+        assert [m.content for m in reader.history("bob-chat")] == ["bob's secret plan"]
+        assert len(reader.tasks()) == 1
+
+
+def test_a_key_of_one_agent_reaches_only_its_sessions(admin: RemoteMemoryClient,
+                                                      served: Served) -> None:
+    with key_for(admin, served, users=None, agents=["a2"]) as other:
+        with pytest.raises(NotFound):
+            other.history("bob-chat")
+        assert other.sessions() == []
+    with key_for(admin, served, users=None, agents=["a1"]) as own:
+        assert [s.session_id for s in own.sessions()] == ["bob-chat"]
+
+
+def test_a_revoked_or_expired_key_is_refused(admin: RemoteMemoryClient, served: Served
+                                             ) -> None:
+    made = admin.create_key("short", users=["alice"])
+    past = admin.create_key("old", users=["alice"],
+                            expires_at=datetime.now(UTC) - timedelta(minutes=1))
+    admin.flush()
+    with RemoteMemoryClient(served.url, token=made.secret) as client:
+        assert client.sessions() == []
+        admin.revoke_key(made.id)
+        admin.flush()
+        with pytest.raises(AuthenticationFailed):
+            client.sessions()
+    with RemoteMemoryClient(served.url, token=past.secret) as client, \
+            pytest.raises(AuthenticationFailed):
+        client.sessions()
+    listed = {key.id: key for key in admin.api_keys()}
+    assert listed[made.id].revoked_at is not None
+    assert listed[past.id].expires_at is not None
+
+
+def test_a_secret_near_a_keys_is_refused(admin: RemoteMemoryClient, served: Served) -> None:
+    made = admin.create_key("k", users=["alice"])
+    admin.flush()
+    near = made.secret[:-1] + ("A" if made.secret[-1] != "A" else "B")
+    for token in (near, made.secret.upper(), made.secret + "x", f"mk_{made.id}_"):
+        answer = httpx.get(f"{served.url}/v1/sessions",
+                           headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 401, token
+
+
+def test_the_database_keeps_no_secret(admin: RemoteMemoryClient, served: Served,
+                                      config: Config) -> None:
+    made = admin.create_key("k", users=["alice"])
+    admin.flush()
+    assert made.secret.encode() not in Path(config.db_path).read_bytes()
+    assert admin.api_keys()[0].name == "k"
+
+
+def test_require_keys_refuses_the_shared_agent_token(
+    config: Config, role_urls: dict[Role, str], writer: WriterThread, tmp_path: Path
+) -> None:
+    with serving(config, role_urls, tmp_path, require_keys=True) as running:
+        with RemoteMemoryClient(running.url, token=running.token(Role.AGENT)) as agent, \
+                pytest.raises(AuthenticationFailed):
+            agent.sessions()
+        with RemoteMemoryClient(running.url, token=running.token(Role.ADMIN)) as person:
+            assert person.sessions() == []
+
+
+# -- generated: every operation of the table, naming the other user's ids -----------------
+
+BOB = {"session_id": "bob-chat", "user_id": "bob", "agent_id": "a1", "category": "diet",
+       "key": "likes", "namespace": ["notes"], "prefix": ["notes"]}
+"""Where an argument of this name can point at bob's data."""
+BOBS_CONTENT = ("bob's secret plan", "figs", "bob-chat", "bob's note")
+
+
+def bobs_rows(db_path: str) -> list[object]:
+    """Everything of bob's in the database file, as a dump to compare."""
+    conn = apsw.Connection(db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [conn.execute(query, ("bob",)).fetchall() for query in (
+            "SELECT * FROM messages WHERE session_id IN "
+            "(SELECT session_id FROM sessions WHERE user_id = ?) ORDER BY id",
+            "SELECT * FROM facts WHERE user_id = ? ORDER BY category, key",
+            "SELECT * FROM sessions WHERE user_id = ? ORDER BY session_id",
+            "SELECT * FROM documents WHERE user_id = ? ORDER BY namespace, key",
+            "SELECT * FROM events WHERE session_id IN "
+            "(SELECT session_id FROM sessions WHERE user_id = ?) ORDER BY seq",
+        )]
+    finally:
+        conn.close()
+
+
+def arguments_for(name: str, data: st.DataObject, bobs: dict[str, object]
+                  ) -> dict[str, object]:
+    """Arguments of ``name``: each that can name bob's data names it, or something else."""
+    given: dict[str, object] = {}
+    for parameter, _ in bodies.arguments(OPERATIONS[name]):
+        if parameter.name in bobs:
+            given[parameter.name] = data.draw(st.sampled_from(
+                [bobs[parameter.name], bobs[parameter.name], "alice", None]))
+        elif parameter.default is inspect.Parameter.empty:
+            given[parameter.name] = data.draw(st.text(min_size=1, max_size=12))
+    if name == "append_many":
+        given["turns"] = [{"session_id": "bob-chat", "role": "user", "content": "x"}]
+    if name in ("put_document",):
+        given["value"] = {"note": "x"}
+    return given
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_call_of_a_key_reaches_another_users_data(
+    admin: RemoteMemoryClient, served: Served, config: Config, data: st.DataObject
+) -> None:
+    admin.put_document(["notes"], "k", {"note": "bob's note"}, user_id="bob")
+    admin.flush()
+    message_id = admin.history("bob-chat")[0].id
+    before = bobs_rows(config.db_path)
+    bobs = {**BOB, "message_id": message_id}
+    name = data.draw(st.sampled_from(sorted(OPERATIONS)))
+    given = arguments_for(name, data, bobs)
+    with key_for(admin, served, users=["alice"], can=["read", "write", "forget"]) as alice:
+        try:
+            answer = getattr(alice, name)(**given)
+        except (NotFound, PermissionDenied, ValidationError, MemqError):
+            answer = None
+        alice.flush()
+    assert not any(marker in repr(answer) for marker in BOBS_CONTENT), (name, given, answer)
+    assert bobs_rows(config.db_path) == before, (name, given)
