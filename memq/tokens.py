@@ -28,12 +28,16 @@ def token_path(directory: Path, role: Role) -> Path:
 
 
 def ensure_token(directory: Path, role: Role) -> str:
-    """``role``'s token in ``directory``, written (0600) when missing.
+    """``role``'s token in ``directory``, written (0600) when missing (:func:`ensure_secret`)."""
+    return ensure_secret(token_path(directory, role))
+
+
+def ensure_secret(path: Path) -> str:
+    """The secret in ``path``, written (0600) when missing.
 
     Written whole to a private temporary file, then linked to its name, which fails if the
-    name exists: a server starting beside another one reads the other's token, never a
+    name exists: a server starting beside another one reads the other's secret, never a
     half-written file."""
-    path = token_path(directory, role)
     if path.exists():
         return read_token(path)
     token = secrets.token_urlsafe(32)

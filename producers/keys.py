@@ -37,6 +37,14 @@ class NewKey:
     """The bearer token: shown this once, kept nowhere (only its digest is)."""
 
 
+@dataclass(frozen=True)
+class DelegatedToken:
+    """A narrower, short-lived token a key minted (``RemoteMemoryClient.delegate``)."""
+
+    token: str
+    expires_at: str
+
+
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
 
@@ -85,4 +93,4 @@ def _ids(what: str, given: Sequence[str] | None) -> list[str] | None:
     return [check_identifier(what, item) for item in given]
 
 
-__all__ = ["TOKEN", "ApiKey", "KeysOps", "NewKey", "digest"]
+__all__ = ["TOKEN", "ApiKey", "DelegatedToken", "KeysOps", "NewKey", "digest"]

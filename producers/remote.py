@@ -18,7 +18,7 @@ raises *its* rejections. What a remote client cannot do: ``batched()`` (use
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,6 +27,7 @@ import httpx
 from memq.authority import Role
 from memq.errors import BrokerError
 from memq.producers import remote_calls as calls
+from memq.producers.keys import DelegatedToken
 from memq.producers.surface import Surface
 
 __all__ = ["RemoteMemoryClient"]
@@ -78,6 +79,15 @@ class RemoteMemoryClient(Surface):
         if self._role is None:
             self._role = Role(self._run(calls.whoami()))
         return self._role
+
+    def delegate(self, *, users: Sequence[str] | None = None,
+                 agents: Sequence[str] | None = None, can: Sequence[str] | None = None,
+                 minutes: float = 15.0) -> DelegatedToken:
+        """A token narrower than this client's key (a subset of its users, agents and
+        rights) that lives ``minutes`` (never beyond the key): for one agent run of one
+        end user. The key must have ``delegate``; a server's, so a remote client's alone."""
+        result: DelegatedToken = self._run(calls.delegate(users, agents, can, minutes))
+        return result
 
     def _call(self, name: str, arguments: dict[str, Any]) -> Any:
         """The transport of :class:`~memq.producers.surface.Surface`: one request."""

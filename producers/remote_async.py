@@ -15,7 +15,7 @@ Every method is the sync client's, awaited; the requests and answers are the sam
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,7 @@ import httpx
 
 from memq.authority import Role
 from memq.producers import remote_calls as calls
+from memq.producers.keys import DelegatedToken
 from memq.producers.remote import headers, unreachable
 from memq.producers.surface_async import AsyncSurface
 
@@ -70,6 +71,15 @@ class AsyncRemoteMemoryClient(AsyncSurface):
         if self._role is None:
             self._role = Role(await self._run(calls.whoami()))
         return self._role
+
+    async def delegate(self, *, users: Sequence[str] | None = None,
+                 agents: Sequence[str] | None = None, can: Sequence[str] | None = None,
+                 minutes: float = 15.0) -> DelegatedToken:
+        """A token narrower than this client's key (a subset of its users, agents and
+        rights) that lives ``minutes`` (never beyond the key): for one agent run of one
+        end user. The key must have ``delegate``; a server's, so a remote client's alone."""
+        result: DelegatedToken = await self._run(calls.delegate(users, agents, can, minutes))
+        return result
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> Any:
         """The transport of :class:`~memq.producers.surface_async.AsyncSurface`."""

@@ -16,7 +16,7 @@ import re
 import threading
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -30,6 +30,7 @@ from memq.printable import shown
 from memq.problems import to_error
 from memq.producers.context import ContextItem
 from memq.producers.documents import FoundDocument
+from memq.producers.keys import DelegatedToken
 from memq.producers.macros import MAX_ID
 from memq.producers.operations import OPERATIONS, Kind, Operation
 from memq.producers.surface import Surface
@@ -217,6 +218,14 @@ _SPECIAL: dict[Any, Callable[[Any], Any]] = {
     ContextItem: context_item, Document: document, FoundDocument: found_document,
     ApiKey: api_key,
 }
+
+
+def delegate(users: Sequence[str] | None, agents: Sequence[str] | None,
+             can: Sequence[str] | None, minutes: float) -> Call:
+    body = {"users": wire(users, "users"), "agents": wire(agents, "agents"),
+            "can": wire(can, "can"), "minutes": minutes}
+    return Call("POST", "/v1/keys/delegate", body,
+                decode=lambda b: DelegatedToken(b["token"], b["expires_at"]))
 
 
 def whoami() -> Call:

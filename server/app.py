@@ -10,6 +10,7 @@ Redis credentials: an agent's token can do exactly what an agent's client can, b
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,6 +34,7 @@ from memq.errors import (
 )
 from memq.problems import MEDIA_TYPE, from_error, problem
 from memq.producers.client import MemoryClient
+from memq.server.delegation import Delegations
 from memq.server.guard import Guard
 from memq.server.principals import KEY_TTL_S, KeyRing, Principals, keys_in
 from memq.server.remotes import MAX_REMOTES, MAX_WAITS, Remotes
@@ -48,6 +50,7 @@ def create_app(
     bases: dict[Role, MemoryClient], tokens: Tokens, *, allowed_hosts: Iterable[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_remotes: int = MAX_REMOTES,
     max_waits: int = MAX_WAITS, require_keys: bool = False, key_ttl_s: float = KEY_TTL_S,
+    delegation_secret: str | None = None,
 ) -> Guard:
     """The API over ``bases`` (one client per served role), behind its guard; callers
     come with a role's token or an API key (``server/principals.py``)."""
@@ -57,7 +60,11 @@ def create_app(
                   redoc_url=None)
     api.state.remotes = Remotes(bases, max_remotes, max_waits)
     readers = next(iter(bases.values())).readers
-    principals = Principals(tokens, KeyRing(keys_in(readers), key_ttl_s), require_keys=require_keys)
+    # Delegated tokens are checked by any server that shares the secret: memq serve reads it
+    # beside the database; without one (a test, one server) they live as long as this app.
+    secret = delegation_secret or secrets.token_urlsafe(32)
+    principals = Principals(tokens, KeyRing(keys_in(readers), key_ttl_s),
+                            Delegations(secret.encode()), require_keys=require_keys)
     api.state.principals = principals
     api.include_router(router)
     api.add_exception_handler(MemqError, _memq_error)

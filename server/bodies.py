@@ -109,3 +109,12 @@ def _camel(name: str) -> str:
 class Role(BaseModel):
     role: str
 
+
+class Delegate(Body):
+    """A delegated token's grant: each omitted part is the key's own."""
+
+    users: Annotated[Any, WithJsonSchema({"type": ["array", "null"]})] = None
+    agents: Annotated[Any, WithJsonSchema({"type": ["array", "null"]})] = None
+    can: Annotated[Any, WithJsonSchema({"type": ["array", "null"]})] = None
+    minutes: Annotated[Any, WithJsonSchema({"type": "number"})] = 15.0
+

@@ -12,6 +12,7 @@ or expired is refused by every server within a second, without a message between
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import threading
 import time
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from memq.authority import Role
 from memq.clock import now_rfc3339
 from memq.producers.keys import TOKEN, digest
+from memq.server.delegation import Delegations
 from memq.store.read.keys import ApiKey, key_with_digest
 from memq.store.read.pool import ReadPool
 from memq.tokens import Tokens
@@ -41,6 +43,8 @@ class Grant:
     users: frozenset[str] | None
     agents: frozenset[str] | None
     rights: frozenset[str]
+    delegated: bool = False
+    """A delegated token's (its key's id, a narrower grant)."""
 
     @property
     def everyone(self) -> bool:
@@ -57,7 +61,16 @@ class Principal:
     @property
     def name(self) -> str:
         """Stable per principal: the remote clients and their senders are keyed on it."""
-        return self.role.value if self.grant is None else f"key-{self.grant.key_id}"
+        if self.grant is None:
+            return self.role.value
+        if not self.grant.delegated:
+            return f"key-{self.grant.key_id}"
+        # A delegated token is its own caller: never the key's remote client, whose grant is
+        # wider, whatever client id it sends. The digest is the same on every server.
+        shape = repr((sorted(self.grant.users or ()), self.grant.users is None,
+                      sorted(self.grant.agents or ()), self.grant.agents is None,
+                      sorted(self.grant.rights)))
+        return f"key-{self.grant.key_id}-{hashlib.sha256(shape.encode()).hexdigest()[:16]}"
 
 
 class KeyRing:
@@ -75,15 +88,21 @@ class KeyRing:
         if match is None:
             return None
         found = self._key(match.group(1))
+        if found is None or not hmac.compare_digest(digest(presented), found[1]):
+            return None
+        key = self.live(match.group(1))
+        return None if key is None else grant_of(key)
+
+    def live(self, key_id: str) -> ApiKey | None:
+        """The key if it is neither revoked nor expired."""
+        found = self._key(key_id)
         if found is None:
             return None
-        key, stored = found
-        if not hmac.compare_digest(digest(presented), stored):
-            return None
+        key = found[0]
         if key.revoked_at is not None or (key.expires_at is not None
                                           and key.expires_at <= now_rfc3339()):
             return None
-        return Grant(key.id, _set(key.users), _set(key.agents), frozenset(key.rights))
+        return key
 
     def _key(self, key_id: str) -> tuple[ApiKey, str] | None:
         now = time.monotonic()
@@ -108,6 +127,10 @@ def keys_in(readers: ReadPool) -> Lookup:
     return lookup
 
 
+def grant_of(key: ApiKey) -> Grant:
+    return Grant(key.id, _set(key.users), _set(key.agents), frozenset(key.rights))
+
+
 def _set(ids: tuple[str, ...] | None) -> frozenset[str] | None:
     return None if ids is None else frozenset(ids)
 
@@ -115,9 +138,11 @@ def _set(ids: tuple[str, ...] | None) -> frozenset[str] | None:
 class Principals:
     """The server's door: a token to its principal, or None."""
 
-    def __init__(self, tokens: Tokens, keys: KeyRing, *, require_keys: bool = False) -> None:
+    def __init__(self, tokens: Tokens, keys: KeyRing, delegations: Delegations, *,
+                 require_keys: bool = False) -> None:
         self.tokens = tokens
         self.keys = keys
+        self.delegations = delegations
         self.require_keys = require_keys
 
     def principal(self, presented: str) -> Principal | None:
@@ -125,10 +150,28 @@ class Principals:
         if role is not None:
             # With require_keys, agents come with keys of their own; the person keeps theirs.
             return None if self.require_keys and role is Role.AGENT else Principal(role)
-        grant = self.keys.grant_of(presented)
+        grant = self.keys.grant_of(presented) or self._delegated(presented)
         return None if grant is None else Principal(Role.AGENT, grant)
+
+    def _delegated(self, presented: str) -> Grant | None:
+        """A delegated token's grant: what it names of what its key still reaches."""
+        token = self.delegations.read(presented)
+        key = None if token is None else self.keys.live(token.key_id)
+        if token is None or key is None:
+            return None
+        parent = grant_of(key)
+        return Grant(key.id, _within(token.users, parent.users),
+                     _within(token.agents, parent.agents),
+                     token.rights & parent.rights - {"delegate"}, delegated=True)
 
     def role_of(self, presented: str) -> Role | None:
         """As :meth:`Tokens.role_of`, for the guard's check before a body is read."""
         found = self.principal(presented)
         return None if found is None else found.role
+
+
+def _within(asked: frozenset[str] | None, granted: frozenset[str] | None
+            ) -> frozenset[str] | None:
+    if asked is None:
+        return granted
+    return asked if granted is None else asked & granted

@@ -16,14 +16,16 @@ from datetime import datetime
 from typing import Any, cast
 
 import orjson
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
+from memq.errors import PermissionDenied
 from memq.producers.documents import FoundDocument
 from memq.producers.operations import OPERATIONS, Kind, Operation
 from memq.producers.surface import Surface
 from memq.server import bodies as b
 from memq.server import grants
+from memq.server.principals import Principals
 from memq.server.remotes import Remote, caller
 from memq.store.read.documents import Document
 
@@ -190,6 +192,21 @@ def add(op: Operation) -> None:
 @router.get("/whoami", response_model=b.Role, responses=PROBLEMS)
 def whoami(remote: Remote = Caller) -> Response:
     return answer({"role": remote.client.role.value})
+
+
+@router.post("/keys/delegate", response_model=dict[str, str], status_code=201,
+             responses=PROBLEMS)
+def delegate(asked: b.Delegate, request: Request, remote: Remote = Caller) -> Response:
+    """A narrower, short-lived token for the caller's key (``server/delegation.py``)."""
+    grant = remote.grant
+    if grant is None or grant.delegated or "delegate" not in grant.rights:
+        raise PermissionDenied("delegated tokens are minted by a key that may delegate")
+    principals: Principals = request.app.state.principals
+    key = principals.keys.live(grant.key_id)
+    token, expires_at = principals.delegations.mint(
+        grant, None if key is None else key.expires_at, users=asked.users,
+        agents=asked.agents, can=asked.can, minutes=asked.minutes)
+    return answer({"token": token, "expires_at": expires_at}, 201)
 
 
 for _op in OPERATIONS.values():

@@ -22,10 +22,12 @@ from memq.authority import Role
 from memq.cli.common import add_store_options, load_config, port
 from memq.config import Config
 from memq.errors import ConfigError
-from memq.tokens import SERVED_ROLES, Tokens, token_path
+from memq.tokens import SERVED_ROLES, Tokens, ensure_secret, token_path
 
 logger = logging.getLogger("memq.serve")
 WILDCARDS = ("0.0.0.0", "::", "")
+DELEGATION_SECRET = "delegation.secret"
+"""Beside the database: what every server of it signs delegated tokens with."""
 
 
 def register(sub: Any) -> None:
@@ -54,7 +56,8 @@ def serve(args: argparse.Namespace) -> int:
     tokens = Tokens.in_directory(directory)
     hosts = allowed_hosts(args.host, args.allow_host)
     app = create_app(bases, tokens, allowed_hosts=hosts,
-                     require_keys=config.serve.require_keys)
+                     require_keys=config.serve.require_keys,
+                     delegation_secret=ensure_secret(directory / DELEGATION_SECRET))
     scheme = "https" if args.ssl_certfile else "http"
     logs.log(logger, "serving the memq API", url=f"{scheme}://{args.host}:{args.port}/docs",
              tokens=[str(token_path(directory, role)) for role in SERVED_ROLES])

@@ -19,6 +19,8 @@ from memq.server.routes import router
 
 LIFECYCLE = {"close", "aclose", "batched", "from_env", "role", "with_own_outbox"}
 """What each client class has of its own: opening, closing, its credentials."""
+SERVERS_OWN = {"delegate"}
+"""What only a server does (a remote client's alone): minting a key's delegated token."""
 
 
 def methods(cls: type) -> set[str]:
@@ -44,7 +46,8 @@ def test_the_surface_is_exactly_the_table() -> None:
                                  AsyncRemoteMemoryClient])
 def test_every_client_offers_the_table_and_its_lifecycle_alone(cls: type) -> None:
     surface = AsyncSurface if "Async" in cls.__name__ else Surface
-    assert methods(cls) - LIFECYCLE == set(OPERATIONS)
+    assert methods(cls) - LIFECYCLE - SERVERS_OWN == set(OPERATIONS)
+    assert ("delegate" in methods(cls)) == ("Remote" in cls.__name__)
     for name in OPERATIONS:
         assert getattr(cls, name) is getattr(surface, name), f"{cls.__name__}.{name}"
     assert cls._call is not surface._call  # a transport of its own
@@ -62,7 +65,7 @@ def test_the_server_serves_exactly_the_table() -> None:
     wanted = {(op.method, f"/v1{op.path}") for op in OPERATIONS.values()}
     wanted |= {("GET", f"/v1{op.query_path}") for op in OPERATIONS.values()
                if op.query_path is not None}
-    assert routes == wanted | {("GET", "/v1/whoami")}
+    assert routes == wanted | {("GET", "/v1/whoami"), ("POST", "/v1/keys/delegate")}
 
 
 def test_each_body_holds_the_arguments_a_caller_sends() -> None:

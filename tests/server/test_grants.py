@@ -3,6 +3,7 @@ answer is the one for something that does not exist."""
 
 from __future__ import annotations
 
+import base64
 import inspect
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -254,3 +255,83 @@ def test_no_call_of_a_key_reaches_another_users_data(
         alice.flush()
     assert not any(marker in repr(answer) for marker in BOBS_CONTENT), (name, given, answer)
     assert bobs_rows(config.db_path) == before, (name, given)
+
+
+# -- delegated tokens ------------------------------------------------------------------------
+
+
+def test_a_delegated_token_reaches_only_the_narrower_grant(admin: RemoteMemoryClient,
+                                                          served: Served) -> None:
+    with key_for(admin, served, users=["alice", "bob"],
+                 can=["read", "write", "delegate"]) as backend:
+        run = backend.delegate(users=["alice"], minutes=5)
+        assert run.expires_at.endswith("Z")
+        with RemoteMemoryClient(served.url, token=run.token) as agent:
+            agent.append("alice-run", "user", "hello")  # alice, the token's only user
+            agent.flush()
+            assert [m.content for m in agent.history("alice-run")] == ["hello"]
+            with pytest.raises(NotFound):
+                agent.history("bob-chat")  # the key reaches bob; the token does not
+            with pytest.raises(PermissionDenied, match="delegate"):
+                agent.delegate(users=["alice"])  # never further
+            with pytest.raises(PermissionDenied, match="forget"):
+                agent.forget_session("alice-run")  # the key may not either
+        assert [m.content for m in backend.history("bob-chat")] == ["bob's secret plan"]
+
+
+@pytest.mark.parametrize(("asked", "refused"), [
+    ({"users": ["carol"]}, "users carol: beyond"),
+    ({"can": ["read", "forget"]}, "can forget: beyond"),
+    ({"can": ["delegate"]}, "can delegate: beyond"),
+    ({"agents": ["a9"]}, None),  # the key spans every agent: any subset is within
+])
+def test_a_delegation_beyond_the_key_is_refused(admin: RemoteMemoryClient, served: Served,
+                                                asked: dict[str, object],
+                                                refused: str | None) -> None:
+    with key_for(admin, served, users=["alice"], can=["read", "delegate"]) as backend:
+        if refused is None:
+            assert backend.delegate(**asked).token.startswith("md_")  # type: ignore[arg-type]
+            return
+        with pytest.raises(PermissionDenied, match=refused):
+            backend.delegate(**asked)  # type: ignore[arg-type]
+
+
+def test_a_delegated_token_dies_with_its_key_and_a_forged_one_is_refused(
+    admin: RemoteMemoryClient, served: Served
+) -> None:
+    made = admin.create_key("backend", users=["alice"], can=["read", "delegate"])
+    admin.flush()
+    with RemoteMemoryClient(served.url, token=made.secret) as backend:
+        run = backend.delegate()
+        with pytest.raises(PermissionDenied, match="delegated tokens are minted by a key"):
+            with RemoteMemoryClient(served.url, token=served.token()) as shared:
+                shared.delegate()
+    body, _, signature = run.token.removeprefix("md_").partition(".")
+    claims = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).replace(b"alice", b"bob")
+    forged = "md_" + base64.urlsafe_b64encode(claims).decode().rstrip("=") + "." + signature
+    respelt = run.token[:-1] + chr(ord(run.token[-1]) ^ 1)
+    for token in (forged, respelt, run.token + "x", "md_", "md_.", "md_" + "A" * 70000):
+        answer = httpx.get(f"{served.url}/v1/sessions",
+                           headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 401, token[:80]
+    with RemoteMemoryClient(served.url, token=run.token) as agent:
+        assert agent.sessions() == []
+        admin.revoke_key(made.id)
+        admin.flush()
+        with pytest.raises(AuthenticationFailed):
+            agent.sessions()
+
+
+TOKENS = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1,
+                 max_size=200) | st.builds(
+    lambda head, tail: head + tail, st.sampled_from(["mk_", "md_", "mk_0123456789abcdef_"]),
+    st.text(alphabet="abcdefABCDEF0123456789_-.=", max_size=120))
+
+
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(token=TOKENS)
+def test_any_other_token_is_refused_never_a_fault(served: Served, token: str) -> None:
+    answer = httpx.post(f"{served.url}/v1/context", json={"session_id": "s"},
+                        headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 401, (token, answer.text)
