@@ -303,9 +303,9 @@ def test_a_delegated_token_dies_with_its_key_and_a_forged_one_is_refused(
     admin.flush()
     with RemoteMemoryClient(served.url, token=made.secret) as backend:
         run = backend.delegate()
-        with pytest.raises(PermissionDenied, match="delegated tokens are minted by a key"):
-            with RemoteMemoryClient(served.url, token=served.token()) as shared:
-                shared.delegate()
+    with RemoteMemoryClient(served.url, token=served.token()) as shared, \
+            pytest.raises(PermissionDenied, match="delegated tokens are minted by a key"):
+        shared.delegate()
     body, _, signature = run.token.removeprefix("md_").partition(".")
     claims = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).replace(b"alice", b"bob")
     forged = "md_" + base64.urlsafe_b64encode(claims).decode().rstrip("=") + "." + signature
