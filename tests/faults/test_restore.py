@@ -49,6 +49,12 @@ def test_losing_the_writers_disk_loses_no_acknowledged_event(
     # Litestream paused while the writer goes on: the replica is then surely behind the
     # writer when both die (left to timing, Litestream had sometimes just caught up).
     replicate.popen.send_signal(signal.SIGSTOP)
+    # The writer commits in SQLite first and moves the commit position in Redis after: the
+    # batch in hand at the pause may be committed, shipped by Litestream just before it
+    # stopped, and only then show in the position. The batch after it began its transaction
+    # once Litestream was stopped: wait for that one, then for commits beyond it.
+    in_hand = committed(broker)
+    wait_until(lambda: committed(broker) > in_hand, "the batch in hand at the pause")
     paused_at = committed(broker)
     wait_until(lambda: committed(broker) > paused_at, "commits the replica has not got")
     at_kill = committed(broker)
