@@ -68,6 +68,11 @@ class LimitsConfig:
     max_content_bytes: int = 64 * 1024
     max_payload_bytes: int = 1024 * 1024
     max_session_id_chars: int = 200
+    key_units_per_s: int = 500
+    """What one API key may spend each second, on every server together: a read costs 1,
+    a write 1 per event it sends (a batch of 100 turns, 100). A key may set its own."""
+    key_concurrent: int = 16
+    """Calls one API key may have running at once, on every server together."""
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,11 @@ class Busy(MemqError):
     """The server already holds as many waits (flushes) as it allows; try again shortly."""
 
 
+class RateLimited(MemqError):
+    """This key has spent its budget for now (``[limits] key_units_per_s``, or the key's
+    own); try again after a second."""
+
+
 class EventsRejected(MemqError):
     """The writer set aside events this client sent; ``rejections`` says which and why.
 

@@ -30,6 +30,7 @@ STATUS: dict[type[MemqError], int] = {
     errors.DatabaseMismatch: 409,
     errors.FlushTimeout: 504,
     errors.Busy: 503,
+    errors.RateLimited: 429,
     errors.BrokerError: 503,
     errors.StoreError: 503,
     errors.ModelError: 503,

@@ -21,6 +21,7 @@ from memq.authority import Role
 from memq.clock import normalize_rfc3339
 from memq.errors import NotFound, PermissionDenied, ValidationError
 from memq.events import EventType, check_identifier
+from memq.events.rules import RIGHTS
 from memq.printable import shown
 from memq.producers.mixin import ClientBase
 from memq.producers.ops import AskRole, Op, Read
@@ -54,16 +55,18 @@ class KeysOps(ClientBase):
 
     def _create_key_op(
         self, name: str, users: Sequence[str] | None, agents: Sequence[str] | None,
-        can: Sequence[str], expires_at: datetime | str | None,
+        can: Sequence[str], expires_at: datetime | str | None, units_per_s: int | None,
+        concurrent: int | None,
     ) -> Op[NewKey]:
         key_id = secrets.token_hex(8)
         token = f"mk_{key_id}_{secrets.token_urlsafe(32)}"
         payload: dict[str, Any] = {
             "key_id": key_id, "name": check_identifier("name", name),
             "secret_sha256": digest(token), "users": _ids("users", users),
-            "agents": _ids("agents", agents), "rights": _ids("can", can),
+            "agents": _ids("agents", agents), "rights": _rights(can),
             "expires_at": None if expires_at is None
             else normalize_rfc3339(expires_at, what="expires_at"),
+            "units_per_s": units_per_s, "concurrent": concurrent,
         }
         yield from self._send_op(EventType.KEY_CREATED, payload)
         return NewKey(key_id, token)
@@ -83,6 +86,14 @@ class KeysOps(ClientBase):
     def _person_op(self, action: str) -> Op[None]:
         if (yield AskRole(action)) is not Role.ADMIN:
             raise PermissionDenied(f"{action} is the person's: admin credentials only")
+
+
+def _rights(can: Sequence[str]) -> list[str]:
+    rights = _ids("can", can) or []
+    if not rights or set(rights) - RIGHTS or len(set(rights)) != len(rights):
+        raise ValidationError(f"can must list what the key may do, each once, among "
+                              f"{', '.join(sorted(RIGHTS))}; got {shown(can):.80}")
+    return rights
 
 
 def _ids(what: str, given: Sequence[str] | None) -> list[str] | None:

@@ -292,12 +292,14 @@ class Surface:
     def create_key(
         self, name: str, *, users: Sequence[str] | None = None,
         agents: Sequence[str] | None = None, can: Sequence[str] = ("read", "write"),
-        expires_at: datetime | str | None = None,
+        expires_at: datetime | str | None = None, units_per_s: int | None = None,
+        concurrent: int | None = None,
     ) -> NewKey:
         """Mint a key for ``memq serve``: its bearer reaches only ``users`` (None: every
         user) and ``agents`` (None: every agent), and may do only what ``can`` lists
-        (``read``, ``write``, ``forget``). The secret is in the answer, and nowhere else.
-        Admin credentials only."""
+        (``read``, ``write``, ``forget``, ``delegate``). ``units_per_s`` / ``concurrent``:
+        its own budget (default ``[limits]``). The secret is in the answer, and nowhere
+        else. Admin credentials only."""
         return self._call("create_key", locals())
 
     def api_keys(self) -> list[ApiKey]:

@@ -29,11 +29,13 @@ from memq.errors import (
     DatabaseMismatch,
     MemqError,
     ModelError,
+    RateLimited,
     StoreError,
     WriterFailed,
 )
 from memq.problems import MEDIA_TYPE, from_error, problem
 from memq.producers.client import MemoryClient
+from memq.server.budgets import Budgets
 from memq.server.delegation import Delegations
 from memq.server.guard import Guard
 from memq.server.principals import KEY_TTL_S, KeyRing, Principals, keys_in
@@ -58,7 +60,11 @@ def create_app(
     # run on the API's origin. The schema itself stays at /openapi.json.
     api = FastAPI(title="memq", version="1", description=__doc__ or "", docs_url=None,
                   redoc_url=None)
-    api.state.remotes = Remotes(bases, max_remotes, max_waits)
+    person = bases.get(Role.ADMIN) or next(iter(bases.values()))
+    budgets = Budgets(person.redis, person.config.redis_url,
+                      units_per_s=person.config.limits.key_units_per_s,
+                      concurrent=person.config.limits.key_concurrent)
+    api.state.remotes = Remotes(bases, max_remotes, max_waits, budgets)
     readers = next(iter(bases.values())).readers
     # Delegated tokens are checked by any server that shares the secret: memq serve reads it
     # beside the database; without one (a test, one server) they live as long as this app.
@@ -103,7 +109,7 @@ async def _memq_error(request: Request, exc: Exception) -> Response:
         body["detail"] = f"{INTERNAL_DETAIL[kind]}; its log says why"
     if isinstance(exc, AuthenticationFailed):
         return _problem(body, {"WWW-Authenticate": 'Bearer realm="memq"'})
-    if isinstance(exc, Busy):
+    if isinstance(exc, (Busy, RateLimited)):
         return _problem(body, {"Retry-After": "1"})
     return _problem(body)
 

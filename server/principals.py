@@ -45,6 +45,9 @@ class Grant:
     rights: frozenset[str]
     delegated: bool = False
     """A delegated token's (its key's id, a narrower grant)."""
+    units_per_s: int | None = None
+    concurrent: int | None = None
+    """The key's own budget (``server/budgets.py``); None: the configured one."""
 
     @property
     def everyone(self) -> bool:
@@ -128,7 +131,8 @@ def keys_in(readers: ReadPool) -> Lookup:
 
 
 def grant_of(key: ApiKey) -> Grant:
-    return Grant(key.id, _set(key.users), _set(key.agents), frozenset(key.rights))
+    return Grant(key.id, _set(key.users), _set(key.agents), frozenset(key.rights),
+                 units_per_s=key.units_per_s, concurrent=key.concurrent)
 
 
 def _set(ids: tuple[str, ...] | None) -> frozenset[str] | None:
@@ -162,7 +166,8 @@ class Principals:
         parent = grant_of(key)
         return Grant(key.id, _within(token.users, parent.users),
                      _within(token.agents, parent.agents),
-                     token.rights & parent.rights - {"delegate"}, delegated=True)
+                     token.rights & parent.rights - {"delegate"}, delegated=True,
+                     units_per_s=parent.units_per_s, concurrent=parent.concurrent)
 
     def role_of(self, presented: str) -> Role | None:
         """As :meth:`Tokens.role_of`, for the guard's check before a body is read."""

@@ -37,6 +37,7 @@ from memq.authority import Role
 from memq.broker import inbox_end, stream_position
 from memq.errors import AuthenticationFailed, Busy, FlushTimeout, ValidationError
 from memq.producers.client import MemoryClient
+from memq.server.budgets import Budgets
 from memq.server.principals import Grant, Principal, Principals
 
 MAX_REMOTES = 10_000
@@ -64,6 +65,8 @@ class Remote:
     waits: threading.BoundedSemaphore
     grant: Grant | None = None
     """What the caller's key reaches (None: a shared token, its role's every right)."""
+    budgets: Budgets | None = None
+    """Where a key's calls are counted (``budgets.py``)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     turn: threading.Lock = field(default_factory=threading.Lock)
     queued: threading.BoundedSemaphore = field(
@@ -129,8 +132,9 @@ def sender_of(principal: str, client_id: str) -> str:
 
 class Remotes:
     def __init__(self, bases: dict[Role, MemoryClient], cap: int = MAX_REMOTES,
-                 max_waits: int = MAX_WAITS) -> None:
+                 max_waits: int = MAX_WAITS, budgets: Budgets | None = None) -> None:
         self.bases = bases
+        self.budgets = budgets
         self.cap = cap
         # Per role, so agents holding every place never keep the admin from flushing.
         self.waits = {role: threading.BoundedSemaphore(max_waits) for role in bases}
@@ -150,7 +154,8 @@ class Remotes:
                 client.outbox.sender = waiter.outbox.sender = sender_of(*key)
                 remote = self._remotes[key] = Remote(client, waiter,
                                                      self.waits[principal.role],
-                                                     grant=principal.grant)
+                                                     grant=principal.grant,
+                                                     budgets=self.budgets)
                 while len(self._remotes) > self.cap:
                     self._remotes.popitem(last=False)
             else:

@@ -12,6 +12,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any, cast
 
@@ -25,6 +26,7 @@ from memq.producers.operations import OPERATIONS, Kind, Operation
 from memq.producers.surface import Surface
 from memq.server import bodies as b
 from memq.server import grants
+from memq.server.budgets import cost
 from memq.server.principals import Principals
 from memq.server.remotes import Remote, caller
 from memq.store.read.documents import Document
@@ -108,14 +110,21 @@ def endpoint(op: Operation, parameters: list[inspect.Parameter]) -> Callable[...
     """A function FastAPI reads ``parameters`` from (path, query or one body model) that
     runs ``op`` with them under the method's own argument names."""
     renamed = {wire: name for name, wire in op.renamed.items()}
+    names = {p.name for p in parameters}
+
+    model = b.body_model(op)
 
     def call(**given: Any) -> Response:
         remote: Remote = given.pop("remote")
         asked = given.pop("asked", None)
+        if asked is None and model is not None and "asked" in names:
+            asked = model()  # a body of defaults alone may be left out (curl's flush)
         if asked is not None:
             given.update({renamed.get(k, k): v for k, v in _fields(asked).items()})
         grants.admit(remote.grant, op, given, remote.client)
-        return RUN[op.kind](op, remote, given)
+        units = cost(op.name, given, writes=op.kind is Kind.WRITE)
+        with remote.budgets.spend(remote.grant, units) if remote.budgets else nullcontext():
+            return RUN[op.kind](op, remote, given)
 
     call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [*parameters, inspect.Parameter("remote", inspect.Parameter.KEYWORD_ONLY,

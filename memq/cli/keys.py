@@ -37,9 +37,13 @@ def register(sub: Any) -> None:
     create.add_argument("--agent", action="append", dest="agents", metavar="AGENT",
                         help="an agent the key reaches (repeatable; default: every agent)")
     create.add_argument("--can", type=_rights, default=["read", "write"],
-                        help="what it may do: read,write,forget (default read,write)")
+                        help="what it may do: read,write,forget,delegate (default read,write)")
     create.add_argument("--expires", type=_duration, metavar="DURATION",
                         help="lifetime, e.g. 30d, 12h, 15m (default: until revoked)")
+    create.add_argument("--units-per-s", type=int, metavar="N",
+                        help="its budget per second (default [limits] key_units_per_s)")
+    create.add_argument("--concurrent", type=int, metavar="N",
+                        help="its calls at once (default [limits] key_concurrent)")
     create.add_argument("--json", action="store_true", help="one JSON object")
     listing = verbs.add_parser("list", help="every key, never a secret")
     listing.add_argument("--json", action="store_true", help="one JSON object")
@@ -69,7 +73,8 @@ def create_key(args: argparse.Namespace) -> int:
     expires = None if args.expires is None else datetime.now(UTC) + args.expires
     with person(args) as client:
         made = client.create_key(args.name, users=None if args.all_users else args.users,
-                                 agents=args.agents, can=args.can, expires_at=expires)
+                                 agents=args.agents, can=args.can, expires_at=expires,
+                                 units_per_s=args.units_per_s, concurrent=args.concurrent)
         wait_committed(client, args.wait)
     if args.json:
         print_json(dataclasses.asdict(made))

@@ -286,6 +286,9 @@ SCHEMAS: dict[str, Schema] = {
             "agents": _opt(list, check=rules.granted_ids),
             "rights": Field(list, check=rules.rights),
             "expires_at": _opt(str, timestamp=True),
+            # The key's own budget ([limits] key_units_per_s / key_concurrent when absent).
+            "units_per_s": _opt(int, low=1, high=10**9),
+            "concurrent": _opt(int, low=1, high=10**6),
         },
     ),
     EventType.KEY_REVOKED: Schema(1, {"key_id": Field(str, check=rules.key_id)}),

@@ -20,6 +20,8 @@ def api_keys(cur: apsw.Cursor) -> None:
             agents        TEXT,
             rights        TEXT NOT NULL,
             expires_at    TEXT,
+            units_per_s   INTEGER,
+            concurrent    INTEGER,
             created_at    TEXT NOT NULL,
             revoked_at    TEXT
         );

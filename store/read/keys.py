@@ -22,9 +22,14 @@ class ApiKey:
     expires_at: str | None
     created_at: str
     revoked_at: str | None
+    units_per_s: int | None = None
+    """Its own budget per second (None: ``[limits] key_units_per_s``)."""
+    concurrent: int | None = None
+    """Its own bound on calls at once (None: ``[limits] key_concurrent``)."""
 
 
-_COLUMNS = "id, name, users, agents, rights, expires_at, created_at, revoked_at"
+_COLUMNS = ("id, name, users, agents, rights, expires_at, created_at, revoked_at, "
+            "units_per_s, concurrent")
 
 
 def keys(conn: apsw.Connection) -> list[ApiKey]:
@@ -41,14 +46,19 @@ def key_with_digest(conn: apsw.Connection, key_id: str) -> tuple[ApiKey, str] | 
 
 
 def _key(row: tuple[object, ...]) -> ApiKey:
-    key_id, name, users, agents, rights, expires_at, created_at, revoked_at = row
+    (key_id, name, users, agents, rights, expires_at, created_at, revoked_at, units,
+     concurrent) = row
     return ApiKey(str(key_id), str(name), _ids(users), _ids(agents),
                   tuple(orjson.loads(str(rights))), _text(expires_at), str(created_at),
-                  _text(revoked_at))
+                  _text(revoked_at), _int(units), _int(concurrent))
 
 
 def _ids(value: object) -> tuple[str, ...] | None:
     return None if value is None else tuple(orjson.loads(str(value)))
+
+
+def _int(value: object) -> int | None:
+    return None if value is None else int(str(value))
 
 
 def _text(value: object) -> str | None:

@@ -194,6 +194,17 @@ def _wait_quietly(remote: Remote, timeout: float) -> None:
         pass
 
 
+def test_a_flush_without_a_body_waits_with_its_defaults(served: Served) -> None:
+    """As the docs' curl example sends it."""
+    auth = {"Authorization": f"Bearer {served.token()}"}
+    httpx.post(f"{served.url}/v1/messages", headers=auth,
+               json={"session_id": "s", "role": "user", "content": "hi"})
+    answer = httpx.post(f"{served.url}/v1/flush", headers=auth)
+    assert (answer.status_code, answer.json()) == (200, {"flushed": True})
+    history = httpx.get(f"{served.url}/v1/history?session_id=s", headers=auth).json()
+    assert [m["content"] for m in history["messages"]] == ["hi"]
+
+
 def test_a_flush_beyond_what_was_ever_sent_is_refused(
     config: Config, served: Served
 ) -> None:

@@ -1,0 +1,163 @@
+"""Fairness between keys: one key flooding appends, another's commit lag, in one run.
+
+    .venv/bin/python bench/fairness.py [--seconds 6] [--rate 50] [--flooders 4]
+
+A private Redis with memq's ACL users, a real ``memq writer`` and ``memq serve`` (each its
+own process). Key B (user ``b``) appends ``--rate`` turns a second over HTTP, each followed
+by its ``flush``: the time from sending the turn until the writer has committed it is B's
+commit lag. It is measured three times, ``--seconds`` each:
+
+- ``alone``: nobody else writes;
+- ``A under its budget``: key A (user ``a``) floods at the same time from ``--flooders``
+  threads, each sending batches of 100 turns (tool outputs of 2-8 KB, a third of them) as
+  fast as the server lets it: its budget is ``[limits] key_units_per_s`` (500 events a
+  second), so past it A gets 429 and retries;
+- ``A without a budget``: the same flood from a key whose budget is unbounded, what memq
+  did before keys had budgets.
+
+Goal (issue 27): B's p99 with A flooding under its budget at most 2x its p99 alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import chat_text, free_port, percentile, private_redis, scratch_dir
+from bench.serve import MODEL_DIR, process, role_urls, wait_for_server
+from memq import MemoryClient, RemoteMemoryClient
+from memq.authority import Role
+from memq.config import Config, EmbedConfig
+from memq.errors import FlushTimeout, RateLimited
+
+BATCH = 100
+UNBOUNDED = 10**9
+
+
+def tool_output(i: int, rng: random.Random) -> str:
+    line = f"{i:06d}  -rw-r--r--  1 agent agent  4096 Jan  1 00:00 src/module_{i % 97}.py\n"
+    size = rng.randint(2048, 8192)
+    return (line * (size // len(line) + 1))[:size]
+
+
+def steady(url: str, token: str, rate: float, seconds: float, label: str,
+           flush_s: float) -> list[float]:
+    """B's appends at ``rate`` a second; each one's seconds from send to committed."""
+    lags = []
+    with RemoteMemoryClient(url, token=token) as client:
+        start = time.monotonic()
+        for i in range(int(rate * seconds)):
+            time.sleep(max(0.0, start + i / rate - time.monotonic()))
+            sent = time.monotonic()
+            client.append(f"b-{label}", "user", chat_text(i))
+            try:
+                client.flush(flush_s)
+            except FlushTimeout:  # B's turns stuck behind A's backlog: that is the figure
+                lags.append(time.monotonic() - sent)
+                break
+            lags.append(time.monotonic() - sent)
+    return lags
+
+
+def flood(url: str, token: str, stop: threading.Event, seed: int, sent: list[int]) -> None:
+    """Batches of 100 turns as fast as the server takes them."""
+    rng = random.Random(seed)
+    with RemoteMemoryClient(url, token=token) as client:
+        i = 0
+        while not stop.is_set():
+            turns = [{"session_id": f"a-{seed}-{i // 1000}", "role": "tool" if j % 3 == 2
+                      else "user", "content": tool_output(i + j, rng) if j % 3 == 2
+                      else chat_text(i + j)} for j in range(BATCH)]
+            try:
+                client.append_many(turns)
+                sent.append(BATCH)
+            except RateLimited:
+                stop.wait(0.05)
+            i += BATCH
+
+
+def measure(urls: tuple[str, str], b_token: str, flooder: str | None,
+            args: argparse.Namespace, label: str) -> tuple[list[float], int]:
+    """B on the second server, A on the first (the same server when only one runs)."""
+    stop, sent = threading.Event(), list[int]()
+    threads = [threading.Thread(target=flood, args=(urls[0], flooder, stop, k, sent))
+               for k in range(args.flooders)] if flooder else []
+    for thread in threads:
+        thread.start()
+    try:
+        lags = steady(urls[1], b_token, args.rate, args.seconds, label, args.flush_timeout)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    return lags, sum(sent)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--rate", type=float, default=50.0, help="B's appends a second")
+    parser.add_argument("--flooders", type=int, default=4, help="A's threads")
+    parser.add_argument("--flush-timeout", type=float, default=30.0,
+                        help="seconds one of B's turns may wait before B gives up a phase")
+    parser.add_argument("--servers", type=int, choices=(1, 2), default=1,
+                        help="2: B calls a memq serve process of its own")
+    args = parser.parse_args()
+    with private_redis() as url, scratch_dir() as tmp:
+        run(url, tmp, args)
+
+
+def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
+    urls = role_urls(url, tmp)
+    config = Config(redis_url=urls[Role.ADMIN], db_path=str(tmp / "memq.db"),
+                    embed=EmbedConfig(model_dir=str(MODEL_DIR)))
+    env = {**os.environ, "MEMQ_EMBED_MODEL_DIR": str(MODEL_DIR), "MEMQ_CONFIG": ""}
+    ports = [free_port() for _ in range(args.servers)]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(process("writer", "--db", config.db_path, env=env,
+                                    log=tmp / "writer.log"))
+        for port in ports:
+            log = tmp / f"serve-{port}.log"
+            server = stack.enter_context(process("serve", "--db", config.db_path, "--port",
+                                                 str(port), env=env, log=log))
+            wait_for_server(f"http://127.0.0.1:{port}", tmp / "agent.token", server, log)
+        served = (f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[-1]}")
+        with MemoryClient(config=config) as person:
+            keys = {name: person.create_key(name, users=[user], units_per_s=units).secret
+                    for name, user, units in (("b", "b", None), ("a", "a", None),
+                                              ("a-unbounded", "a", UNBOUNDED))}
+            person.flush(60)
+        results = {label: measure(served, keys["b"], flooder, args, label)
+                   for label, flooder in (("alone", None), ("A under its budget", keys["a"]),
+                                          ("A without a budget", keys["a-unbounded"]))}
+    report(results, args)
+
+
+def report(results: dict[str, tuple[list[float], int]], args: argparse.Namespace) -> None:
+    print(f"key B: {args.rate:g} appends/s for {args.seconds:g} s, each until committed; "
+          f"key A: {args.flooders} threads of {BATCH}-turn batches; "
+          + ("one memq serve" if args.servers == 1 else "B and A on servers of their own"))
+    alone = percentile(results["alone"][0], 99) * 1000
+    for label, (lags, flooded) in results.items():
+        p50, p99 = percentile(lags, 50) * 1000, percentile(lags, 99) * 1000
+        gave_up = len(lags) < int(args.rate * args.seconds)
+        print(f"  {label:<20} B p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  (x{p99 / alone:.2f}); "
+              f"A sent {flooded / args.seconds:,.0f} turns/s"
+              + (f"; B gave up after {len(lags)} turns, one not committed in "
+                 f"{args.flush_timeout:g} s"
+                 if gave_up else ""))
+    bounded = percentile(results["A under its budget"][0], 99) * 1000
+    print(f"B's p99 with A flooding under its budget / alone: x{bounded / alone:.2f} "
+          "(goal <= x2)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""bench/fairness.py runs end to end at a tiny size and prints every figure it promises."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+def test_the_fairness_bench_prints_each_phase_and_the_ratio() -> None:
+    done = subprocess.run(
+        [sys.executable, "bench/fairness.py", "--seconds", "1", "--rate", "20",
+         "--flooders", "1", "--flush-timeout", "3"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for phase in ("alone", "A under its budget", "A without a budget"):
+        assert re.search(rf"{phase}\s+B p50\s+[\d.]+ ms\s+p99\s+[\d.]+ ms", done.stdout), \
+            done.stdout
+    assert re.search(r"under its budget / alone: x[\d.]+ \(goal <= x2\)", done.stdout)
