@@ -190,6 +190,11 @@ CHECKED_VALUES: dict[Callable[..., Any], st.SearchStrategy[Any]] = {
     # sessions of their own: a retention must not erase the good neighbours' turns
     field_rules.retention_sessions: st.lists(NAME.map(lambda n: f"retained-{n}"),
                                              min_size=1, max_size=3, unique=True),
+    field_rules.key_id: st.text(alphabet="0123456789abcdef", min_size=16, max_size=16),
+    field_rules.sha256: st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+    field_rules.granted_ids: st.lists(NAME, min_size=1, max_size=3, unique=True),
+    field_rules.rights: st.lists(st.sampled_from(sorted(field_rules.RIGHTS)), min_size=1,
+                                 max_size=4, unique=True),
 }
 """Valid values for the fields that have a rule of their own."""
 

@@ -77,6 +77,8 @@ SPEC: list[tuple[str, str, dict[str, Any], set[Role]]] = [
     ("put a user's document", T.DOCUMENT_PUT, {"user_id": "u1"}, {AGENT, ADMIN}),
     ("delete a document", T.DOCUMENT_DELETED, {}, {AGENT, ADMIN}),
     ("restart a document's time to live", T.DOCUMENT_TOUCHED, {}, {AGENT, ADMIN}),
+    ("mint an API key", T.KEY_CREATED, {}, {ADMIN}),
+    ("revoke an API key", T.KEY_REVOKED, {}, {ADMIN}),
 ]
 
 
@@ -111,6 +113,9 @@ def base_payload(etype: str) -> dict[str, Any]:
         T.DOCUMENT_PUT: {"namespace": ["notes"], "key": "k", "value": {"text": "v"}},
         T.DOCUMENT_DELETED: {"namespace": ["notes"], "key": "k"},
         T.DOCUMENT_TOUCHED: {"namespace": ["notes"], "key": "k"},
+        T.KEY_CREATED: {"key_id": "0123456789abcdef", "name": "k", "secret_sha256": "0" * 64,
+                        "users": ["u1"], "rights": ["read"]},
+        T.KEY_REVOKED: {"key_id": "0123456789abcdef"},
     }.get(etype, {})  # the legacy imports: the table looks at none of their fields
 
 
@@ -224,7 +229,7 @@ def payloads(draw: st.DrawFn) -> tuple[str, dict[str, Any], dict[str, Any]]:
 
 ADMIN_ONLY_TYPES = {T.MESSAGE_IMPORTED, T.FACT_IMPORTED, T.MACRO_IMPORTED, T.TASK_IMPORTED,
                     T.USER_FORGOTTEN, T.PREFIX_ALLOWED, T.PREFIX_REVOKED,
-                    T.RETENTION_APPLIED}
+                    T.RETENTION_APPLIED, T.KEY_CREATED, T.KEY_REVOKED}
 WORKER_RESULTS = {T.MESSAGE_EMBEDDED, T.MESSAGE_EMBEDDING_FAILED, T.SESSION_CONSOLIDATED,
                   T.TASK_FIRED, T.CONSOLIDATION_REQUESTED}
 AGENT_ACTIONS = {T.MESSAGE_APPENDED, T.SESSION_FORGOTTEN, T.MESSAGE_FORGOTTEN,

@@ -269,7 +269,9 @@ def test_the_writer_rejects_exactly_what_the_table_refuses(
 def _privileged(etype: str) -> dict[str, Any]:
     return {T.FACT_SET: {"source": "user"}, T.FACT_DELETED: {"force": True},
             T.TASK_SCHEDULED: {"trusted": True, "task_id": uuid7()},
-            T.TASK_CHANGED: {"trusted": True}}.get(etype, {})
+            # Another task than t1: t1 made trusted would turn the agent's later changes of
+            # it into refusals the payload alone does not foresee (the task decides them).
+            T.TASK_CHANGED: {"trusted": True, "task_id": "t-made-trusted"}}.get(etype, {})
 
 
 def test_entries_read_in_order_across_streams(config: Config) -> None:
