@@ -8,11 +8,16 @@ and output, so nothing else is printed there), or streamable HTTP with ``--http`
 the server (the guard of ``memq serve``: a rebound DNS name gets 421). Over stdio the
 parent process's trust is the server's. The tools act with an agent's credentials
 (``agent.url``), never the person's, whichever token was shown.
+
+With ``--server URL`` (stdio), the tools act through ``memq serve`` at that address with
+the bearer token in ``MEMQ_TOKEN`` (an API key: the tools then reach only its grant), for
+an MCP client on a host without the database.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--port", type=port, default=8421, help="port for --http (default 8421)")
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                         help="with --http, also answer to this Host name (as memq serve)")
+    parser.add_argument("--server", metavar="URL",
+                        help="act through memq serve at URL with the key in MEMQ_TOKEN "
+                             "(stdio only)")
     add_store_options(parser)
     parser.set_defaults(func=run_mcp)
 
@@ -47,6 +55,8 @@ def run_mcp(args: argparse.Namespace) -> int:
         from memq.integrations.mcp import build_server, serve
     except ImportError as exc:
         raise ConfigError("memq mcp needs the MCP SDK: pip install 'memq[mcp]'") from exc
+    if args.server:
+        return _through_server(args)
     config = load_config(args, role=Role.AGENT)
     if not args.http:
         with MemoryClient(config=config) as client:
@@ -57,6 +67,23 @@ def run_mcp(args: argparse.Namespace) -> int:
     tokens = Tokens.in_directory(directory)  # refuses to start when they cannot be made
     with MemoryClient(config=config) as client:
         serve_http(build_server(client), tokens, args)
+    return 0
+
+
+def _through_server(args: argparse.Namespace) -> int:
+    from memq import RemoteMemoryClient
+    from memq.errors import ConfigError
+    from memq.integrations.mcp import serve
+
+    if args.http:
+        raise ConfigError("--server serves over stdio: each HTTP caller would need a key of "
+                          "its own, so point HTTP clients at memq serve itself")
+    token = os.environ.get("MEMQ_TOKEN", "").strip()
+    if not token:
+        raise ConfigError("--server needs the bearer token in MEMQ_TOKEN (an API key from "
+                          "memq keys create): never on the command line, where ps shows it")
+    with RemoteMemoryClient(args.server, token=token) as client:
+        serve("stdio", client=client)
     return 0
 
 

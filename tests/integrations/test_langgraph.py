@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import apsw
 import pytest
@@ -13,10 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.store.base import InvalidNamespaceError, PutOp
 
-from memq import MemoryClient
+from memq import MemoryClient, RemoteMemoryClient
+from memq.authority import Role
 from memq.config import Config
+from memq.errors import NotFound, PermissionDenied
 from memq.integrations.langgraph import MemqStore
 from memq.store import rebuild
+from tests.producers.serving import serving
 
 pytestmark = pytest.mark.redis
 
@@ -258,3 +262,25 @@ def test_any_put_is_kept_as_given_or_refused_with_a_reason(
     item = store.get(tuple(namespace), key)
     assert item is not None
     assert (item.namespace, item.key, item.value) == (tuple(namespace), key, value)
+
+
+def test_with_a_key_the_store_reaches_only_its_users_documents(
+    config: Config, role_urls: dict[Role, str], writer: object, tmp_path: Path
+) -> None:
+    with serving(config, role_urls, tmp_path) as served, \
+            RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as person:
+        MemqStore(client=person, user_id="bob", index_fields=[]).put(
+            ("notes",), "plan", {"text": "bob's plan"})
+        key = person.create_key("graph", users=["alice"])
+        person.flush()
+        with RemoteMemoryClient(served.url, token=key.secret) as remote:
+            alice = MemqStore(client=remote, user_id="alice", index_fields=[])
+            alice.put(("notes",), "seat", {"text": "window"})
+            remote.flush()
+            assert [i.key for i in alice.search(("notes",))] == ["seat"]
+            assert alice.list_namespaces() == [("notes",)]
+            with pytest.raises(NotFound):
+                MemqStore(client=remote, user_id="bob", index_fields=[]).get(("notes",), "plan")
+            with pytest.raises(PermissionDenied, match="name the user_id"):
+                MemqStore(client=remote, index_fields=[]).put(("notes",), "x", {"a": 1})
+        assert MemqStore(client=person, user_id="bob").get(("notes",), "plan") is not None

@@ -192,3 +192,52 @@ def test_http_refuses_a_browser_request_from_another_origin(http_server: str,
     answer = httpx.post(http_server, json=hello, headers={
         "Authorization": f"Bearer {token}", "Origin": "https://evil.example"})
     assert answer.status_code == 403
+
+
+def test_through_memq_serve_the_tools_stay_inside_a_keys_grant(
+    config: Config, role_urls: dict[Role, str], writer: object, tmp_path: Path
+) -> None:
+    from memq import RemoteMemoryClient
+    from tests.producers.serving import serving
+
+    with serving(config, role_urls, tmp_path) as served, \
+            RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as person:
+        person.append("bob-chat", "user", "bob's secret plan", user_id="bob")
+        key = person.create_key("assistant", users=["alice"], can=["read", "write", "forget"])
+        person.flush()
+        command = memq_command("mcp", "--server", served.url)
+        server = StdioServerParameters(command=command[0], args=command[1:], cwd=str(ROOT),
+                                       env={**environment(), "MEMQ_TOKEN": key.secret})
+        answers = asyncio.run(_inside_and_outside(server))
+        assert answers["remember"]["message_id"]
+        assert [i["content"] for i in answers["recall"]["result"]] == ["a window seat"]
+        for tool in ("recall bob", "forget bob", "facts of bob"):
+            assert answers[tool][0], tool  # an error the model reads
+            assert "no " in answers[tool][1], answers[tool]
+        assert [m.content for m in person.history("bob-chat")] == ["bob's secret plan"]
+        assert sorted(str(s.user_id) for s in person.sessions()) == ["alice", "bob"]
+
+
+async def _inside_and_outside(server: Any) -> dict[str, Any]:
+    async with Client(server, read_timeout_seconds=60) as mcp:
+        async def call(tool: str, **arguments: Any) -> Any:
+            result = await mcp.call_tool(tool, arguments)
+            if result.is_error:
+                return (True, result.content[0].text)  # type: ignore[union-attr]
+            return result.structured_content
+
+        return {"remember": await call("remember", session_id="alice-trip",
+                                       content="a window seat"),
+                "recall": await call("recall", session_id="alice-trip"),
+                "recall bob": await call("recall", session_id="bob-chat", query="plan"),
+                "forget bob": await call("forget", session_id="bob-chat"),
+                "facts of bob": await call("facts", user_id="bob")}
+
+
+def test_through_memq_serve_the_key_comes_from_the_environment(config: Config) -> None:
+    done = subprocess.run(memq_command("mcp", "--server", "http://127.0.0.1:9"), cwd=ROOT,
+                          env=environment(), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode != 0
+    assert "MEMQ_TOKEN" in done.stderr
+    assert "Traceback" not in done.stderr
