@@ -23,6 +23,13 @@ from dataclasses import dataclass
 import orjson
 
 SENDER = re.compile(r"[0-9a-f]{32}")
+ON_BEHALF = re.compile(r"([0-9a-f]{32}):([0-9a-f]{16})")
+"""A sender acting for an API key (``memq serve``): the sender id, then the key's id."""
+
+
+def sent_as(sender: str, key_id: str | None) -> str:
+    """The sender field of an entry: the sender id, and the key it acts for if any."""
+    return sender if key_id is None else f"{sender}:{key_id}"
 """A sender id: 32 lowercase hex digits (a random UUID's)."""
 
 MAX_REPORTED = 1000

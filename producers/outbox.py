@@ -41,7 +41,7 @@ from memq.errors import BrokerError, EventsRejected, FlushTimeout, ValidationErr
 from memq.events import Event, encode
 from memq.logs import redact_url
 from memq.producers.ops import Op, Poll, Request, Sleep, drive
-from memq.rejections import Rejection, describe, new_sender
+from memq.rejections import Rejection, describe, new_sender, sent_as
 
 PIPELINE_SIZE = 500
 """Entries per round trip inside :meth:`Outbox.batched` (one XADD costs ~100 µs alone)."""
@@ -96,6 +96,9 @@ class OutboxState:
         self._buffer: list[bytes] | None = None
         self._tickets: list[Ticket] = []
         self.sender = new_sender()
+        self.acting_for: str | None = None
+        """The API key this outbox sends for (``memq serve``): the writer checks each
+        event against its grant and records it (``memq audit``)."""
         """Under this id the writer reports the entries it rejects."""
         self._reported = "0-0"
         """The last of this sender's rejections already raised by ``flush``."""
@@ -266,7 +269,7 @@ class Outbox(OutboxState):
             return [self.send(event) for event in events]
 
     def _send(self, raws: list[bytes], stream: str) -> list[Position]:
-        return send_to_inbox(self.redis, raws, stream, self.sender,
+        return send_to_inbox(self.redis, raws, stream, sent_as(self.sender, self.acting_for),
                              replicas=self.wait_replicas, wait_timeout_s=self.wait_timeout_s)
 
     @contextmanager

@@ -152,6 +152,8 @@ class Remotes:
                 base = self.bases[principal.role]
                 client, waiter = (base.with_own_outbox() for _ in range(2))
                 client.outbox.sender = waiter.outbox.sender = sender_of(*key)
+                if principal.grant is not None:  # the writer checks and records the key
+                    client.outbox.acting_for = principal.grant.key_id
                 remote = self._remotes[key] = Remote(client, waiter,
                                                      self.waits[principal.role],
                                                      grant=principal.grant,

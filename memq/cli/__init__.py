@@ -49,7 +49,7 @@ GROUPS = (
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("start here", ("up", "status", "demo", "context", "sessions")),
     ("the person's", ("facts", "tasks", "allow", "revoke", "allowed", "forget", "rejected",
-                      "acl", "keys")),
+                      "acl", "keys", "audit")),
     ("operate", ("writer", "worker", "scheduler", "serve", "mcp", "dashboard", "metrics",
                  "replicate")),
     ("maintenance", ("migrate", "rebuild", "backup", "restore", "fetch-model",

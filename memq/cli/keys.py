@@ -16,10 +16,13 @@ from typing import Any
 from memq.cli.common import (
     add_store_options,
     add_wait_option,
+    load_config,
     person,
     print_json,
+    read_database,
     wait_committed,
 )
+from memq.printable import printable
 
 UNITS = {"m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"([1-9][0-9]{0,5})([mhd])")
@@ -53,6 +56,13 @@ def register(sub: Any) -> None:
         add_wait_option(command)
     for command in (create, listing, revoke):
         add_store_options(command)
+    audit = sub.add_parser("audit", help="what was sent through API keys: by key, by user")
+    audit.add_argument("--key", metavar="ID", help="only this key's")
+    audit.add_argument("--user", metavar="USER", help="only what reached this user")
+    audit.add_argument("--limit", type=int, default=100, help="newest N (default 100)")
+    audit.add_argument("--json", action="store_true", help="one JSON object")
+    add_store_options(audit)
+    audit.set_defaults(func=show_audit)
     create.set_defaults(func=create_key)
     listing.set_defaults(func=list_keys)
     revoke.set_defaults(func=revoke_keys)
@@ -107,4 +117,22 @@ def revoke_keys(args: argparse.Namespace) -> int:
         wait_committed(client, args.wait)
     for key_id in args.key_ids:
         print(f"revoked: {key_id}")
+    return 0
+
+
+def show_audit(args: argparse.Namespace) -> int:
+    from memq.store.read.audit import audit
+
+    found = read_database(load_config(args).db_path, lambda conn: audit(
+        conn, key_id=args.key, user_id=args.user, limit=max(1, args.limit)))
+    if args.json:
+        print_json({"events": [dataclasses.asdict(entry) for entry in found]})
+        return 0
+    for entry in found:
+        who = f"{entry.key_id} ({entry.key_name})" if entry.key_name else entry.key_id
+        what = entry.type + (" [forgotten since]" if entry.erased else "")
+        print(printable(f"{entry.recorded_at}  {who}  {what}  user {entry.user_id or '-'}  "
+                        f"session {entry.session_id or '-'}", one_line=True))
+    if not found:
+        print("nothing sent through a key yet")
     return 0

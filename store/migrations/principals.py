@@ -25,5 +25,13 @@ def api_keys(cur: apsw.Cursor) -> None:
             created_at    TEXT NOT NULL,
             revoked_at    TEXT
         );
+        -- Which key each event sent through memq serve came through (store/write/
+        -- attribution.py): beside the log, not in it, so a rebuild keeps it and a forget,
+        -- which erases payloads, leaves who did what and when (memq audit).
+        CREATE TABLE event_keys (
+            seq    INTEGER PRIMARY KEY,
+            key_id TEXT NOT NULL
+        );
+        CREATE INDEX event_keys_by_key ON event_keys(key_id, seq);
         """
     )

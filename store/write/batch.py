@@ -36,11 +36,11 @@ from memq.config import LimitsConfig
 from memq.errors import InvalidEvent
 from memq.events import Event, decode
 from memq.logs import log
-from memq.rejections import SENDER, Rejection, claimed
+from memq.rejections import ON_BEHALF, SENDER, Rejection, claimed
 from memq.store.effects import Effects
 from memq.store.projections import apply_events, forgetting, record_event
 from memq.store.read.tasks import task as committed_task
-from memq.store.write import rejected
+from memq.store.write import attribution, rejected
 from memq.store.write.log import append_events, check_redelivered
 
 logger = logging.getLogger("memq.writer")
@@ -79,6 +79,8 @@ class Decoded:
     error: str | None
     sender: str | None = None
     """The client that sent it (to report a rejection to), when the entry says."""
+    key_id: str | None = None
+    """The API key ``memq serve`` sent it for: judged against its grant, and recorded."""
 
     @property
     def role(self) -> Role:
@@ -123,7 +125,7 @@ def _decode(
 ) -> Decoded:
     raw = fields.get(names.EVENT_FIELD, b"")
     replay_of, replay_problem = _replay_of(fields)
-    sender, sender_problem = _sender(fields)
+    sender, key_id, sender_problem = _sender(fields)
     kept = KEPT_RAW_FACTOR * limits.max_payload_bytes
     if len(raw) > kept:
         # Set aside for good (no replay can apply it), and not kept whole: a stream entry
@@ -140,7 +142,7 @@ def _decode(
         problem = _future_problem(event) or authority.refusal(ROLE_OF_STREAM[stream], event)
         if problem is not None:
             return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
-        return Decoded(stream, stream_id, raw, replay_of, event, None, sender)
+        return Decoded(stream, stream_id, raw, replay_of, event, None, sender, key_id)
     except InvalidEvent as exc:
         problem = _never_allowed(stream, raw) or str(exc)
         return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
@@ -161,14 +163,20 @@ def _never_allowed(stream: str, raw: bytes) -> str | None:
     return authority.type_refusal(ROLE_OF_STREAM[stream], etype)
 
 
-def _sender(fields: dict[bytes, bytes]) -> tuple[str | None, str | None]:
-    """The client an entry names as its sender (None if none), or the problem with it."""
+def _sender(fields: dict[bytes, bytes]) -> tuple[str | None, str | None, str | None]:
+    """The client an entry names as its sender and the key it acts for (None if none), or
+    the problem with them."""
     value = fields.get(names.SENDER_FIELD)
     if value is None:
-        return None, None
-    if SENDER.fullmatch(value.decode("ascii", errors="replace")):
-        return value.decode("ascii"), None
-    return None, f"sender must be 32 lowercase hex digits, got {value!r:.50}"
+        return None, None, None
+    text = value.decode("ascii", errors="replace")
+    if SENDER.fullmatch(text):
+        return text, None, None
+    acting = ON_BEHALF.fullmatch(text)
+    if acting is not None:
+        return acting.group(1), acting.group(2), None
+    return None, None, ("sender must be 32 lowercase hex digits (and ':' and a key's 16), "
+                        f"got {value!r:.60}")
 
 
 def _id_problem(stream_id: str) -> str | None:
@@ -220,6 +228,8 @@ def _replay_of(fields: dict[bytes, bytes]) -> tuple[int | None, str | None]:
 def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchResult) -> None:
     if any(item.names_a_task for item in batch):
         raise RetryCarefully("an event is judged against the task it names")
+    if any(item.key_id is not None and item.event is not None for item in batch):
+        raise RetryCarefully("an event sent for a key is judged against its grant")
     if _forgets_a_rejection(batch):
         raise RetryCarefully("a forget must see the entries set aside before it")
     events = [d.event for d in batch if d.event is not None]
@@ -257,6 +267,8 @@ def apply_careful(cur: apsw.Cursor, batch: list[Decoded], now: str, result: Batc
             _reject(cur, item, item.error or "invalid entry", now, result)
             continue
         refusal = _target_refusal(cur, item) if item.names_a_task else None
+        if refusal is None and item.key_id is not None:
+            refusal = attribution.refusal(cur, item.event, item.key_id)
         if refusal is not None:
             _reject(cur, item, refusal, now, result)
             continue
@@ -267,6 +279,8 @@ def apply_careful(cur: apsw.Cursor, batch: list[Decoded], now: str, result: Batc
             continue
         if item.replay_of is not None:
             rejected.mark_replayed(cur, item.replay_of, item.stream, now)
+        if applied and item.key_id is not None:
+            attribution.record(cur, item.event.id, item.key_id)
         result.applied += applied
         result.duplicates += not applied
         if applied:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from memq import MemoryClient
 from memq.authority import Role
 from memq.cli import main
 from memq.config import Config
@@ -54,3 +55,27 @@ def test_an_agent_may_not(config: Config, writer: WriterThread, role_urls: dict[
                           capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
     assert run(config, *argv, url=role_urls[Role.AGENT]) != 0
     assert "admin" in capsys.readouterr().err
+
+
+def test_audit_lists_what_each_key_sent(config: Config, writer: WriterThread,
+                                        role_urls: dict[Role, str],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    admin = role_urls[Role.ADMIN]
+    assert run(config, "keys", "create", "bot", "--user", "alice", "--json", url=admin) == 0
+    key_id = orjson.loads(capsys.readouterr().out)["id"]
+    with MemoryClient(config=config) as sent_for_key:  # as memq serve sends for a key
+        sent_for_key.outbox.acting_for = key_id
+        sent_for_key.append("trip", "user", "a window seat", user_id="alice")
+        sent_for_key.flush()
+    with MemoryClient(config=config) as trusted:
+        trusted.append("other", "user", "not through a key", user_id="alice")
+        trusted.flush()
+    assert run(config, "audit", "--key", key_id, "--json", url=admin) == 0
+    (entry,) = orjson.loads(capsys.readouterr().out)["events"]
+    assert (entry["type"], entry["user_id"], entry["session_id"], entry["key_name"]) == (
+        "message.appended", "alice", "trip", "bot")
+    assert run(config, "audit", "--user", "bob", url=admin) == 0
+    assert capsys.readouterr().out == "nothing sent through a key yet\n"
+    assert run(config, "audit", url=admin) == 0
+    assert f"{key_id} (bot)  message.appended  user alice  session trip" in \
+        capsys.readouterr().out

@@ -14,10 +14,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memq import RemoteMemoryClient
+from memq import MemoryClient, RemoteMemoryClient
 from memq.authority import Role
 from memq.config import Config
-from memq.errors import AuthenticationFailed, MemqError, NotFound, PermissionDenied, ValidationError
+from memq.errors import (
+    AuthenticationFailed,
+    EventsRejected,
+    MemqError,
+    NotFound,
+    PermissionDenied,
+    ValidationError,
+)
+from memq.events import EventType
 from memq.producers.operations import OPERATIONS
 from memq.server import bodies
 from memq.testing import WriterThread
@@ -311,3 +319,51 @@ def test_any_other_token_is_refused_never_a_fault(served: Served, token: str) ->
     answer = httpx.post(f"{served.url}/v1/context", json={"session_id": "s"},
                         headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 401, (token, answer.text)
+
+
+# -- the writer's own check -------------------------------------------------------------------
+
+
+def test_the_writer_sets_aside_what_a_key_may_not_send_and_records_what_it_sent(
+    admin: RemoteMemoryClient, served: Served, config: Config
+) -> None:
+    """The second check: events that reach the writer for a key outside its grant (as a
+    server with a bug in its own check would send them) are set aside with the reason."""
+    made = admin.create_key("k", users=["alice"], can=["read", "write"])
+    admin.flush()
+    with MemoryClient(config=config) as inside:  # a client that skips the server's check
+        inside.outbox.acting_for = made.id
+        inside.append("alice-chat", "user", "mine", user_id="alice")
+        ok = inside.set_fact("diet", "likes", "pears", user_id="alice")
+        inside._send(EventType.MESSAGE_APPENDED, {  # bob's session, no user named
+            "message_id": "m-bob", "role": "user", "content": "into bob's",
+            "importance": 0.5}, session_id="bob-chat")
+        inside.set_fact("diet", "likes", "nothing", user_id="bob")
+        inside.set_fact("global", "k", "v")
+        inside.schedule_task("t", "in 2 hours", "p")
+        inside.forget_session("alice-chat")
+        with pytest.raises(EventsRejected) as refused:
+            inside.flush()
+    reasons = sorted(r.reason for r in refused.value.rejections)
+    assert reasons == sorted([
+        "message.appended: session 'bob-chat' of user 'bob', outside key "
+        f"{made.id}'s grant",
+        f"fact.set: the data of user 'bob', outside key {made.id}'s grant",
+        f"fact.set: a global fact or document of no user, outside key {made.id}'s grant",
+        f"task.scheduled: tasks are every user's, outside key {made.id}'s users",
+        f"key {made.id} may not forget",
+    ]), reasons
+    assert [m.content for m in admin.history("bob-chat")] == ["bob's secret plan"]
+    assert [m.content for m in admin.history("alice-chat")] == ["mine"]
+    audit = audit_rows(config, made.id)
+    assert {event_id for event_id, _ in audit} >= {ok}
+    assert all(key == made.id for _, key in audit)
+
+
+def audit_rows(config: Config, key_id: str) -> list[tuple[str, str]]:
+    conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return conn.execute("SELECT e.event_id, k.key_id FROM event_keys AS k JOIN events AS e"
+                            " USING (seq) WHERE k.key_id = ?", (key_id,)).fetchall()
+    finally:
+        conn.close()

@@ -1,0 +1,81 @@
+"""Events sent for an API key: the writer judges each against the key's grant, as
+``memq serve`` did before sending it, and records which key it came through.
+
+The second check of the same rule (``server/grants.py`` is the first): a key's event that
+reaches another user's session, a user the key does not name, a global fact or document
+or a task (every user's) when the key is limited to some users, or that needs a right the
+key lacks, is set aside with the reason. A key revoked or expired before the event was
+applied sends nothing more. The key an event came through is kept beside the log
+(``event_keys``), for ``memq audit``; forgetting erases the event's payload, never who sent
+it or when.
+"""
+
+from __future__ import annotations
+
+import apsw
+import orjson
+
+from memq.events import Event, EventType
+from memq.printable import shown
+
+FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
+                     EventType.USER_FORGOTTEN})
+TASKS = frozenset({EventType.TASK_SCHEDULED, EventType.TASK_CHANGED, EventType.TASK_DELETED})
+
+
+def refusal(cur: apsw.Cursor, event: Event, key_id: str) -> str | None:
+    """Why the key may not send ``event``, or None."""
+    row = cur.execute("SELECT users, agents, rights, expires_at, revoked_at FROM api_keys "
+                      "WHERE id = ?", (key_id,)).fetchone()
+    if row is None:
+        return f"sent for key {key_id}, which does not exist"
+    users, agents, rights, expires_at, revoked_at = row
+    if revoked_at is not None:
+        return f"sent for key {key_id}, revoked at {revoked_at}"
+    if expires_at is not None and expires_at <= event.created_at:
+        return f"sent for key {key_id}, expired at {expires_at}"
+    needed = "forget" if event.type in FORGETS else "write"
+    if needed not in orjson.loads(rights):
+        return f"key {key_id} may not {needed}"
+    return _outside(cur, event, key_id, _ids(users), _ids(agents))
+
+
+def _outside(cur: apsw.Cursor, event: Event, key_id: str, users: set[str] | None,
+             agents: set[str] | None) -> str | None:
+    if users is None and agents is None:
+        return None
+    if event.type in TASKS and users is not None:
+        return f"{event.type}: tasks are every user's, outside key {key_id}'s users"
+    user, agent, what = _owner(cur, event)
+    if what is None:
+        return None
+    for kind, have, granted in (("user", user, users), ("agent", agent, agents)):
+        if granted is not None and have not in granted:
+            held = "no " + kind if have is None else f"{kind} {shown(have):.60}"
+            return f"{event.type}: {what} of {held}, outside key {key_id}'s grant"
+    return None
+
+
+def _owner(cur: apsw.Cursor, event: Event) -> tuple[str | None, str | None, str | None]:
+    """Whose data the event reaches: (user, agent, what it is), what None when it is
+    nobody's (a macro's use, a tool's learned pattern)."""
+    p = event.payload
+    if event.session_id is not None:
+        row = cur.execute("SELECT user_id, agent_id FROM sessions WHERE session_id = ?",
+                          (event.session_id,)).fetchone()
+        if row is not None and (row[0] is not None or row[1] is not None):
+            return row[0], row[1], f"session {shown(event.session_id):.60}"
+        return p.get("user_id"), p.get("agent_id"), f"session {shown(event.session_id):.60}"
+    if "user_id" in p or event.type.startswith(("fact.", "document.")):
+        return p.get("user_id"), None, "a global fact or document" if p.get(
+            "user_id") is None else "the data"
+    return None, None, None
+
+
+def _ids(value: object) -> set[str] | None:
+    return None if value is None else set(orjson.loads(str(value)))
+
+
+def record(cur: apsw.Cursor, event_id: str, key_id: str) -> None:
+    cur.execute("INSERT OR IGNORE INTO event_keys (seq, key_id) "
+                "SELECT seq, ? FROM events WHERE event_id = ?", (key_id, event_id))
