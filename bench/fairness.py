@@ -9,7 +9,7 @@ commit lag. It is measured three times, ``--seconds`` each:
 
 - ``alone``: nobody else writes;
 - ``A under its budget``: key A (user ``a``) floods at the same time from ``--flooders``
-  threads, each sending batches of 100 turns (tool outputs of 2-8 KB, a third of them) as
+  processes, each sending batches of 100 turns (tool outputs of 2-8 KB, a third of them) as
   fast as the server lets it: its budget is ``[limits] key_units_per_s`` (500 events a
   second), so past it A gets 429 and retries;
 - ``A without a budget``: the same flood from a key whose budget is unbounded, what memq
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import os
 import random
 import sys
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -67,45 +68,53 @@ def steady(url: str, token: str, rate: float, seconds: float, label: str,
     return lags
 
 
-def flood(url: str, token: str, stop: threading.Event, seed: int, sent: list[int]) -> None:
-    """Batches of 100 turns as fast as the server takes them."""
+def flood(url: str, token: str, stop: Any, seed: int, sent: Any, batch: int) -> None:
+    """Batches of 100 turns as fast as the server takes them, until ``stop`` is set; the
+    turns accepted are added to ``sent``. Run in processes of its own: in B's process, its
+    threads would hold the interpreter while B's client waits, and B's lag would measure
+    that instead of the service."""
     rng = random.Random(seed)
+    # Made once: the flood is the requests, not this process making their text (on two
+    # cores that would take the service's CPU, and B's lag would measure the machine).
+    turns = [{"session_id": f"a-{seed}", "role": "tool" if j % 3 == 2 else "user",
+              "content": tool_output(j, rng) if j % 3 == 2 else chat_text(j)}
+             for j in range(batch)]
     with RemoteMemoryClient(url, token=token) as client:
-        i = 0
         while not stop.is_set():
-            turns = [{"session_id": f"a-{seed}-{i // 1000}", "role": "tool" if j % 3 == 2
-                      else "user", "content": tool_output(i + j, rng) if j % 3 == 2
-                      else chat_text(i + j)} for j in range(BATCH)]
             try:
                 client.append_many(turns)
-                sent.append(BATCH)
+                with sent.get_lock():
+                    sent.value += batch
             except RateLimited:
-                stop.wait(0.05)
-            i += BATCH
+                stop.wait(0.05)  # a flooder does not honour Retry-After
 
 
 def measure(urls: tuple[str, str], b_token: str, flooder: str | None,
             args: argparse.Namespace, label: str) -> tuple[list[float], int]:
     """B on the second server, A on the first (the same server when only one runs)."""
-    stop, sent = threading.Event(), list[int]()
-    threads = [threading.Thread(target=flood, args=(urls[0], flooder, stop, k, sent))
-               for k in range(args.flooders)] if flooder else []
-    for thread in threads:
-        thread.start()
+    spawn = multiprocessing.get_context("spawn")
+    stop, sent = spawn.Event(), spawn.Value("q", 0)
+    floods = [spawn.Process(target=flood, args=(urls[0], flooder, stop, k, sent, args.batch))
+              for k in range(args.flooders)] if flooder else []
+    for process_ in floods:
+        process_.start()
     try:
         lags = steady(urls[1], b_token, args.rate, args.seconds, label, args.flush_timeout)
     finally:
         stop.set()
-        for thread in threads:
-            thread.join()
-    return lags, sum(sent)
+        for process_ in floods:
+            process_.join(60)
+    return lags, int(sent.value)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rate", type=float, default=50.0, help="B's appends a second")
-    parser.add_argument("--flooders", type=int, default=4, help="A's threads")
+    parser.add_argument("--flooders", type=int, default=4, help="A's processes")
+    parser.add_argument("--batch", type=int, default=BATCH, help="turns in each of A's calls")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="A's units a second (default: [limits] key_units_per_s)")
     parser.add_argument("--flush-timeout", type=float, default=30.0,
                         help="seconds one of B's turns may wait before B gives up a phase")
     parser.add_argument("--servers", type=int, choices=(1, 2), default=1,
@@ -132,7 +141,7 @@ def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
         served = (f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[-1]}")
         with MemoryClient(config=config) as person:
             keys = {name: person.create_key(name, users=[user], units_per_s=units).secret
-                    for name, user, units in (("b", "b", None), ("a", "a", None),
+                    for name, user, units in (("b", "b", None), ("a", "a", args.budget),
                                               ("a-unbounded", "a", UNBOUNDED))}
             person.flush(60)
         results = {label: measure(served, keys["b"], flooder, args, label)
@@ -143,7 +152,7 @@ def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
 
 def report(results: dict[str, tuple[list[float], int]], args: argparse.Namespace) -> None:
     print(f"key B: {args.rate:g} appends/s for {args.seconds:g} s, each until committed; "
-          f"key A: {args.flooders} threads of {BATCH}-turn batches; "
+          f"key A: {args.flooders} processes of {args.batch}-turn batches; "
           + ("one memq serve" if args.servers == 1 else "B and A on servers of their own"))
     alone = percentile(results["alone"][0], 99) * 1000
     for label, (lags, flooded) in results.items():

@@ -77,7 +77,14 @@ def create_app(
     api.add_exception_handler(RequestValidationError, _invalid_request)
     api.add_exception_handler(HTTPException, _http_error)
     api.add_exception_handler(Exception, _server_fault)
-    return Guard(api, allowed_hosts, max_body_bytes, tokens=principals)
+    def spent(token: str) -> bool:
+        try:
+            found = principals.principal(token)
+            return found is not None and budgets.spent(found.grant)
+        except MemqError:  # Redis away: the call itself meets it, and answers 503
+            return False
+
+    return Guard(api, allowed_hosts, max_body_bytes, tokens=principals, spent=spent)
 
 
 def _problem(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:

@@ -63,6 +63,16 @@ class Budgets:
                 self.redis.decr(running_key)
 
 
+    def spent(self, grant: Grant | None) -> bool:
+        """Whether ``grant``'s key has spent this second's budget already (one read)."""
+        if grant is None:
+            return False
+        window = f"memq:budget:{grant.key_id}:{int(time.time())}"
+        with broker.translated(self.redis_url, "reading a key's budget"):
+            spent = self.redis.get(window)
+        return spent is not None and int(spent) >= (grant.units_per_s or self.units_per_s)
+
+
 def _running(grant: Grant) -> str:
     return f"memq:running:{grant.key_id}"
 

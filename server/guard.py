@@ -63,13 +63,17 @@ class Guard:
 
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str], max_body_bytes: int, *,
                  tokens: RoleOf | None = None, max_bodies: int = MAX_BODIES,
-                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+                 body_timeout_s: float = BODY_TIMEOUT_S,
+                 spent: Callable[[str], bool] | None = None) -> None:
         self.app = app
         hosts = frozenset(h.lower().strip("[]") for h in allowed_hosts)
         self.any_host = "*" in hosts
         self.allowed_hosts = hosts | LOOPBACK_HOSTS
         self.max_body_bytes = max_body_bytes
         self.tokens = tokens
+        self.spent = spent
+        """Whether a token's budget for this second is spent: refused before its body is
+        read, so a flood past its budget costs the server a header's worth of work."""
         self.body_timeout_s = body_timeout_s
         self.places = asyncio.Semaphore(max_bodies)
 
@@ -100,6 +104,9 @@ class Guard:
             return 401, "AuthenticationFailed", (
                 "a bearer token is needed: a key (memq keys create), or agent.token or "
                 "admin.token beside the database")
+        if needs_token and self.spent is not None and self.spent(_token(headers)):
+            return 429, "RateLimited", ("this key spent its budget for this second; retry "
+                                        "in a second")
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
             return 413, "ValidationError", self._too_large()
@@ -110,8 +117,8 @@ class Guard:
 
     def _token_ok(self, headers: dict[str, str]) -> bool:
         assert self.tokens is not None
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.tokens.role_of(token.strip()) is not None
+        token = _token(headers)
+        return bool(token) and self.tokens.role_of(token) is not None
 
     async def _with_body(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -171,7 +178,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 EXTRA_HEADERS = {401: [(b"www-authenticate", b'Bearer realm="memq"')],
-                 503: [(b"retry-after", b"1")]}
+                 429: [(b"retry-after", b"1")], 503: [(b"retry-after", b"1")]}
 
 
 async def refuse(send: Send, status: int, name: str, detail: str) -> None:
@@ -181,6 +188,12 @@ async def refuse(send: Send, status: int, name: str, detail: str) -> None:
                             (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close"), *EXTRA_HEADERS.get(status, [])]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _token(headers: dict[str, str]) -> str:
+    """The bearer token of a request, or ''."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
 
 
 def _declares_body(headers: dict[str, str]) -> bool:

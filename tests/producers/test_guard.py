@@ -82,6 +82,17 @@ def test_no_body_is_read_before_the_token_is_checked(tmp_path: Path) -> None:
     assert BODIES_READ == []
 
 
+def test_a_spent_budget_is_refused_before_the_body_is_read(tmp_path: Path) -> None:
+    BODIES_READ.clear()
+    with guarded(tmp_path, spent=lambda token: True) as (port, token):
+        connection = request(port, post(token, 15_000_000), b"{")
+        reply = connection.recv(4096)  # answered with the body still unsent
+        connection.close()
+    assert reply.split(b" ", 2)[1] == b"429"
+    assert b"retry-after: 1" in reply.lower()
+    assert BODIES_READ == []
+
+
 def test_a_trickled_body_is_cut_off(tmp_path: Path) -> None:
     with guarded(tmp_path, body_timeout_s=0.5) as (port, token):
         connection = request(port, post(token, 100), b"{")

@@ -66,3 +66,18 @@ def test_over_http_a_spent_key_gets_429_with_retry_after(
     assert answer.json()["title"] == "RateLimited"
     with key_for(admin, served, users=["alice"]) as roomy:
         assert roomy.append_many(turns[:3])  # another key's budget is its own
+
+
+def test_a_spent_second_is_seen_by_every_server(redis_url: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("memq.server.budgets.time.time", lambda: 1_800_000_000.5)
+    budgets = Budgets(redis.Redis.from_url(redis_url), redis_url, units_per_s=10,
+                      concurrent=16)
+    other = Budgets(redis.Redis.from_url(redis_url), redis_url, units_per_s=10,
+                    concurrent=16)
+    assert not other.spent(grant())
+    with budgets.spend(grant(), 10):
+        pass
+    assert other.spent(grant())  # what the guard asks before reading a body
+    assert not other.spent(grant(units_per_s=11))
+    assert not other.spent(None)
