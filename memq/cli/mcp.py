@@ -4,10 +4,11 @@ Over stdio by default (an MCP client starts the command and talks on its standar
 and output, so nothing else is printed there), or streamable HTTP with ``--http`` on
 ``http://HOST:PORT/mcp`` (127.0.0.1 by default). Over HTTP every request carries
 ``Authorization: Bearer <token>``, ``agent.token`` or ``admin.token`` beside the database
-(:mod:`memq.tokens`, made when missing, as ``memq serve`` does), and a ``Host`` that names
-the server (the guard of ``memq serve``: a rebound DNS name gets 421). Over stdio the
-parent process's trust is the server's. The tools act with an agent's credentials
-(``agent.url``), never the person's, whichever token was shown.
+(:mod:`memq.tokens`, made when missing, as ``memq serve`` does) or an API key, whose grant
+each tool call is then admitted against as ``memq serve`` admits its calls, and a ``Host``
+that names the server (the guard of ``memq serve``: a rebound DNS name gets 421). Over
+stdio the parent process's trust is the server's. The tools act with an agent's
+credentials (``agent.url``), never the person's, whichever token was shown.
 
 With ``--server URL`` (stdio), the tools act through ``memq serve`` at that address with
 the bearer token in ``MEMQ_TOKEN`` (an API key: the tools then reach only its grant), for
@@ -19,12 +20,16 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from memq.authority import Role
 from memq.cli.common import add_store_options, load_config, port
 from memq.server.guard import ASGIApp, Receive, Scope, Send
-from memq.tokens import Tokens
+from memq.tokens import Tokens, ensure_secret
+
+if TYPE_CHECKING:  # the server's parts load the client and its model runtime: on use only
+    from memq import MemoryClient
+    from memq.server.principals import Principals
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -65,9 +70,28 @@ def run_mcp(args: argparse.Namespace) -> int:
     directory = Path(config.db_path).resolve().parent
     directory.mkdir(parents=True, exist_ok=True)
     tokens = Tokens.in_directory(directory)  # refuses to start when they cannot be made
+    from memq.integrations._client import ToolsClient
+    from memq.server.granted import GrantedClient
+
     with MemoryClient(config=config) as client:
-        serve_http(build_server(client), tokens, args)
+        door = principals(client, tokens, directory, config.serve.require_keys)
+        # Each request's key decides what its tool calls reach (server/granted.py).
+        tools = cast(ToolsClient, GrantedClient(client))
+        serve_http(build_server(tools), door, args)
     return 0
+
+
+def principals(client: MemoryClient, tokens: Tokens, directory: Path,
+               require_keys: bool) -> Principals:
+    """The door of memq serve: its tokens, the keys in the database, the delegated tokens
+    its servers sign (the same secret file)."""
+    from memq.cli.serve import DELEGATION_SECRET
+    from memq.server.delegation import Delegations
+    from memq.server.principals import KeyRing, Principals, keys_in
+
+    secret = ensure_secret(directory / DELEGATION_SECRET).encode()
+    return Principals(tokens, KeyRing(keys_in(client.readers)), Delegations(secret),
+                      require_keys=require_keys)
 
 
 def _through_server(args: argparse.Namespace) -> int:
@@ -87,7 +111,7 @@ def _through_server(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_http(server: Any, tokens: Tokens, args: argparse.Namespace) -> None:
+def serve_http(server: Any, door: Principals, args: argparse.Namespace) -> None:
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
 
@@ -97,23 +121,34 @@ def serve_http(server: Any, tokens: Tokens, args: argparse.Namespace) -> None:
     # The guard checks Host with memq serve's list; the SDK's own check (loopback names
     # only, when bound there) would refuse the names --allow-host adds.
     unchecked = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    mcp_app = server.streamable_http_app(transport_security=unchecked)
-    app = Guard(bearer(mcp_app, tokens), allowed_hosts(args.host, args.allow_host),
-                MAX_BODY_BYTES, tokens=tokens)
+    # Stateless: each request is served in its own context, so the key it came with is the
+    # one its tool calls are admitted against (a session's task would keep the first's).
+    mcp_app = server.streamable_http_app(transport_security=unchecked, stateless_http=True)
+    app = Guard(bearer(mcp_app, door), allowed_hosts(args.host, args.allow_host),
+                MAX_BODY_BYTES, tokens=door)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
-def bearer(app: ASGIApp, tokens: Tokens) -> ASGIApp:
-    """``app`` behind a bearer token: without one of ``tokens``, a 401 problem."""
+def bearer(app: ASGIApp, door: Principals) -> ASGIApp:
+    """``app`` behind a bearer token: a role's token or a key (whose grant the request's
+    tool calls are admitted against), else a 401 problem."""
+    from memq.server.granted import CALLER
 
     async def checked(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers", ())).get(b"authorization", b"")
-            scheme, _, token = given.decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer" or tokens.role_of(token.strip()) is None:
-                await unauthorized(send)
-                return
-        await app(scope, receive, send)
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        given = dict(scope.get("headers", ())).get(b"authorization", b"")
+        scheme, _, token = given.decode("latin-1").partition(" ")
+        found = door.principal(token.strip()) if scheme.lower() == "bearer" else None
+        if found is None:
+            await unauthorized(send)
+            return
+        reset = CALLER.set(found.grant)
+        try:
+            await app(scope, receive, send)
+        finally:
+            CALLER.reset(reset)
 
     return checked
 
@@ -124,7 +159,8 @@ async def unauthorized(send: Send) -> None:
     from memq.problems import MEDIA_TYPE, problem
 
     body = orjson.dumps(problem("AuthenticationFailed", 401, "a bearer token is needed: "
-                                "agent.token or admin.token, beside the database"))
+                                "a key (memq keys create), or agent.token or admin.token "
+                                "beside the database"))
     await send({"type": "http.response.start", "status": 401,
                 "headers": [(b"content-type", MEDIA_TYPE.encode()),
                             (b"www-authenticate", b'Bearer realm="memq"'),

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import apsw
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
@@ -241,3 +242,29 @@ def test_through_memq_serve_the_key_comes_from_the_environment(config: Config) -
     assert done.returncode != 0
     assert "MEMQ_TOKEN" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_over_http_a_keys_tool_calls_stay_inside_its_grant(http_server: str,
+                                                           config: Config) -> None:
+    """Each request's key decides: a call for another user's session is "no session",
+    and the writer records the key of what the tools sent."""
+    with MemoryClient(config=config) as person:
+        person.append("bob-chat", "user", "bob's secret plan", user_id="bob")
+        key = person.create_key("assistant", users=["alice"], can=["read", "write"])
+        person.flush()
+    answers = asyncio.run(_inside_and_outside(with_token(http_server, key.secret)))
+    assert [i["content"] for i in answers["recall"]["result"]] == ["a window seat"]
+    for tool in ("recall bob", "forget bob", "facts of bob"):
+        assert answers[tool][0], tool
+    assert "no session 'bob-chat'" in answers["recall bob"][1]
+    assert "may not forget" in answers["forget bob"][1]
+    with MemoryClient(config=config) as person:
+        assert [m.content for m in person.history("bob-chat")] == ["bob's secret plan"]
+        (alice,) = [s for s in person.sessions() if s.session_id == "alice-trip"]
+        assert alice.user_id == "alice"
+    conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        keys = {k for (k,) in conn.execute("SELECT key_id FROM event_keys")}
+    finally:
+        conn.close()
+    assert keys == {key.id}

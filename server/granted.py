@@ -1,0 +1,62 @@
+"""A client whose every call is first admitted against the caller's grant.
+
+What ``memq serve``'s routes do for each request (``grants.admit`` before, ``shown_to``
+after), for servers that call the client themselves: ``memq mcp --http``, whose tools act
+through one in-process client while each request comes with a key of its own. The
+request's grant is read from a context variable the server's door sets for each request;
+None is a shared token (the role's every right).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from contextvars import ContextVar
+from typing import Any
+
+from memq.producers.client import MemoryClient
+from memq.producers.operations import OPERATIONS
+from memq.producers.surface import Surface
+from memq.server import grants
+from memq.server.principals import Grant
+
+CALLER: ContextVar[Grant | None] = ContextVar("memq_caller_grant", default=None)
+"""The grant of the request being served (set by the server's door for each request)."""
+
+
+class GrantedClient:
+    """``base``'s methods of the table, each admitted against :data:`CALLER`'s grant; a
+    key's events are sent by an outbox of its own, marked with the key for the writer's
+    check. Anything else is ``base``'s."""
+
+    def __init__(self, base: MemoryClient) -> None:
+        self.base = base
+        self._for_key: dict[str, MemoryClient] = {}
+        self._lock = threading.Lock()  # the tools run in worker threads
+
+    def __getattr__(self, name: str) -> Any:
+        op = OPERATIONS.get(name)
+        if op is None:
+            return getattr(self.base, name)
+        signature = inspect.signature(getattr(Surface, name))
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(None, *args, **kwargs)
+            bound.apply_defaults()
+            given = {k: v for k, v in bound.arguments.items() if k != "self"}
+            grant = CALLER.get()
+            client = self._client(grant)
+            grants.admit(grant, op, given, client)
+            return grants.shown_to(grant, op, getattr(client, name)(**given))
+
+        return call
+
+    def _client(self, grant: Grant | None) -> MemoryClient:
+        if grant is None:
+            return self.base
+        with self._lock:
+            client = self._for_key.get(grant.key_id)
+            if client is None:
+                client = self._for_key[grant.key_id] = self.base.with_own_outbox()
+                client.outbox.acting_for = grant.key_id
+            return client
