@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -218,7 +220,24 @@ def arguments_for(name: str, data: st.DataObject, bobs: dict[str, object]
     return given
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
+CALLERS = ["a key of alice", "a token delegated for alice by a key of alice and bob"]
+
+
+@contextmanager
+def caller(admin: RemoteMemoryClient, served: Served, kind: str
+           ) -> Iterator[RemoteMemoryClient]:
+    rights = ["read", "write", "forget"]
+    if kind == CALLERS[0]:
+        with key_for(admin, served, users=["alice"], can=rights) as client:
+            yield client
+        return
+    with key_for(admin, served, users=["alice", "bob"], can=[*rights, "delegate"]) as key:
+        token = key.delegate(users=["alice"]).token
+    with RemoteMemoryClient(served.url, token=token) as client:
+        yield client
+
+
+@settings(max_examples=80, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_no_call_of_a_key_reaches_another_users_data(
@@ -231,7 +250,7 @@ def test_no_call_of_a_key_reaches_another_users_data(
     bobs = {**BOB, "message_id": message_id}
     name = data.draw(st.sampled_from(sorted(OPERATIONS)))
     given = arguments_for(name, data, bobs)
-    with key_for(admin, served, users=["alice"], can=["read", "write", "forget"]) as alice:
+    with caller(admin, served, data.draw(st.sampled_from(CALLERS))) as alice:
         try:
             answer = getattr(alice, name)(**given)
         except (NotFound, PermissionDenied, ValidationError, MemqError):
