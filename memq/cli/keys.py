@@ -31,6 +31,26 @@ DURATION = re.compile(r"([1-9][0-9]{0,5})([mhd])")
 def register(sub: Any) -> None:
     parser = sub.add_parser("keys", help="API keys for memq serve: create, list, revoke")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    _register_create(verbs)
+    listing = verbs.add_parser("list", help="every key, never a secret")
+    listing.add_argument("--json", action="store_true", help="one JSON object")
+    add_store_options(listing)
+    listing.set_defaults(func=list_keys)
+    revoke = verbs.add_parser("revoke", help="revoke keys: refused everywhere within 1 s")
+    revoke.add_argument("key_ids", nargs="+", metavar="ID")
+    add_wait_option(revoke)
+    add_store_options(revoke)
+    revoke.set_defaults(func=revoke_keys)
+    audit = sub.add_parser("audit", help="what was sent through API keys: by key, by user")
+    audit.add_argument("--key", metavar="ID", help="only this key's")
+    audit.add_argument("--user", metavar="USER", help="only what reached this user")
+    audit.add_argument("--limit", type=int, default=100, help="newest N (default 100)")
+    audit.add_argument("--json", action="store_true", help="one JSON object")
+    add_store_options(audit)
+    audit.set_defaults(func=show_audit)
+
+
+def _register_create(verbs: Any) -> None:
     create = verbs.add_parser("create", help="mint a key; prints its secret once")
     create.add_argument("name", help="what the key is for (shown in lists)")
     who = create.add_mutually_exclusive_group(required=True)
@@ -48,24 +68,9 @@ def register(sub: Any) -> None:
     create.add_argument("--concurrent", type=int, metavar="N",
                         help="its calls at once (default [limits] key_concurrent)")
     create.add_argument("--json", action="store_true", help="one JSON object")
-    listing = verbs.add_parser("list", help="every key, never a secret")
-    listing.add_argument("--json", action="store_true", help="one JSON object")
-    revoke = verbs.add_parser("revoke", help="revoke keys: refused everywhere within 1 s")
-    revoke.add_argument("key_ids", nargs="+", metavar="ID")
-    for command in (create, revoke):
-        add_wait_option(command)
-    for command in (create, listing, revoke):
-        add_store_options(command)
-    audit = sub.add_parser("audit", help="what was sent through API keys: by key, by user")
-    audit.add_argument("--key", metavar="ID", help="only this key's")
-    audit.add_argument("--user", metavar="USER", help="only what reached this user")
-    audit.add_argument("--limit", type=int, default=100, help="newest N (default 100)")
-    audit.add_argument("--json", action="store_true", help="one JSON object")
-    add_store_options(audit)
-    audit.set_defaults(func=show_audit)
+    add_wait_option(create)
+    add_store_options(create)
     create.set_defaults(func=create_key)
-    listing.set_defaults(func=list_keys)
-    revoke.set_defaults(func=revoke_keys)
 
 
 def _rights(text: str) -> list[str]:
