@@ -50,7 +50,12 @@ STREAM_OF_ROLE: Mapping[Role, str] = {
 }
 """The one inbox stream each role writes (its ACL user may XADD to no other)."""
 
-ROLE_OF_STREAM: Mapping[str, Role] = {stream: role for role, stream in STREAM_OF_ROLE.items()}
+ROLE_OF_STREAM: Mapping[str, Role] = {
+    **{stream: role for role, stream in STREAM_OF_ROLE.items()},
+    # API keys' events: an agent's rights, and the key's grant on top (store/write/
+    # attribution.py); only memq serve, with the admin's credentials, may push them.
+    names.KEYS_INBOX_STREAM: Role.AGENT,
+}
 
 AGENT, WORKER, ADMIN = Role.AGENT, Role.WORKER, Role.ADMIN
 ADMIN_ONLY = frozenset({ADMIN})

@@ -11,13 +11,18 @@ WORKER_INBOX_STREAM = "memq:inbox:worker"
 ADMIN_INBOX_STREAM = "memq:inbox:admin"
 """The person's inbox: the CLI, the scheduler, and any client with full rights."""
 
-INBOX_STREAMS = (INBOX_STREAM, WORKER_INBOX_STREAM, ADMIN_INBOX_STREAM)
+KEYS_INBOX_STREAM = "memq:inbox:keys"
+"""What ``memq serve`` sends for API keys, each entry naming its key: judged with the
+agent's rights and the key's grant. Only the server's admin credentials may push it."""
+
+INBOX_STREAMS = (INBOX_STREAM, WORKER_INBOX_STREAM, ADMIN_INBOX_STREAM, KEYS_INBOX_STREAM)
 """Every event travels through one of these to the writer; which one says who sent it
 (:mod:`memq.authority` decides what each may carry)."""
 
 INBOX_QUEUES = {
     INBOX_STREAM: "memq:queue:agent",
     WORKER_INBOX_STREAM: "memq:queue:worker",
+    KEYS_INBOX_STREAM: "memq:queue:keys",
 }
 """Where agents and workers send: a list each, which the writer alone moves into its inbox
 stream. Their Redis users may RPUSH there and XADD to no stream the writer reads, so no
@@ -62,6 +67,7 @@ COMMITTED_KEYS = {
     INBOX_STREAM: COMMITTED_KEY,
     WORKER_INBOX_STREAM: "memq:committed:worker",
     ADMIN_INBOX_STREAM: "memq:committed:admin",
+    KEYS_INBOX_STREAM: "memq:committed:keys",
 }
 """Per inbox stream, the id of its last entry the writer committed (stream ids are only
 comparable within one stream)."""

@@ -240,15 +240,21 @@ class Outbox(OutboxState):
         return self.resolve_role("asking Redis who this client is")
 
     def resolve_role(self, action: str) -> Role:
-        """:attr:`role`, asked once; a failure names ``action`` (what the caller was doing)."""
+        """:attr:`role`, asked once; a failure names ``action`` (what the caller was doing).
+        Acting for a key, an agent's: its events are judged with an agent's rights."""
+        if self.acting_for is not None:
+            return Role.AGENT
         if self._role is None:
             self._role = self._retrying(action, lambda: acl.role_of(self.redis))
         return self._role
 
     @property
     def stream(self) -> str:
-        """The inbox stream this outbox writes to: its role's."""
-        return STREAM_OF_ROLE[self.role]
+        """The inbox stream this outbox writes to: its role's, or the keys' one."""
+        return self._stream_of(self.role)
+
+    def _stream_of(self, role: Role) -> str:
+        return names.KEYS_INBOX_STREAM if self.acting_for is not None else STREAM_OF_ROLE[role]
 
     def send(self, event: Event) -> Ticket:
         """Send ``event`` (or buffer it, inside :meth:`batched`); its ticket says where."""
@@ -257,7 +263,7 @@ class Outbox(OutboxState):
             if self._buffer_event(raw, ticket):
                 self._drain()
             return ticket
-        stream = STREAM_OF_ROLE[self.resolve_role("sending an event")]
+        stream = self._stream_of(self.resolve_role("sending an event"))
         [position] = self._retrying("sending an event", lambda: self._send([raw], stream))
         ticket.position = position
         self.expect(position)
@@ -290,7 +296,7 @@ class Outbox(OutboxState):
         if not self._buffer:
             return
         action = f"sending {len(self._buffer)} events"
-        stream = STREAM_OF_ROLE[self.resolve_role(action)]
+        stream = self._stream_of(self.resolve_role(action))
         buffer, tickets = self._take_buffer()
         try:
             ids = self._retrying(action, lambda: self._send(buffer, stream))

@@ -25,12 +25,14 @@ CALLER: ContextVar[Grant | None] = ContextVar("memq_caller_grant", default=None)
 
 
 class GrantedClient:
-    """``base``'s methods of the table, each admitted against :data:`CALLER`'s grant; a
-    key's events are sent by an outbox of its own, marked with the key for the writer's
-    check. Anything else is ``base``'s."""
+    """``base``'s methods of the table, each admitted against :data:`CALLER`'s grant. A
+    key's calls run on ``keyed`` (a client with the admin's credentials, the only ones that
+    may push the keys' queue) through an outbox of its own that names the key, so the
+    writer checks and records it. Anything else is ``base``'s."""
 
-    def __init__(self, base: MemoryClient) -> None:
+    def __init__(self, base: MemoryClient, keyed: MemoryClient) -> None:
         self.base = base
+        self.keyed = keyed
         self._for_key: dict[str, MemoryClient] = {}
         self._lock = threading.Lock()  # the tools run in worker threads
 
@@ -57,6 +59,6 @@ class GrantedClient:
         with self._lock:
             client = self._for_key.get(grant.key_id)
             if client is None:
-                client = self._for_key[grant.key_id] = self.base.with_own_outbox()
+                client = self._for_key[grant.key_id] = self.keyed.with_own_outbox()
                 client.outbox.acting_for = grant.key_id
             return client

@@ -149,11 +149,14 @@ class Remotes:
         with self._lock:
             remote = self._remotes.get(key)
             if remote is None:
-                base = self.bases[principal.role]
+                # A key's events go on the keys' queue, which the admin's credentials alone
+                # may push: judged there with an agent's rights and the key's grant.
+                base = self.bases[Role.ADMIN if principal.grant else principal.role]
                 client, waiter = (base.with_own_outbox() for _ in range(2))
                 client.outbox.sender = waiter.outbox.sender = sender_of(*key)
                 if principal.grant is not None:  # the writer checks and records the key
                     client.outbox.acting_for = principal.grant.key_id
+                    waiter.outbox.acting_for = principal.grant.key_id
                 remote = self._remotes[key] = Remote(client, waiter,
                                                      self.waits[principal.role],
                                                      grant=principal.grant,

@@ -8,7 +8,9 @@ and output, so nothing else is printed there), or streamable HTTP with ``--http`
 each tool call is then admitted against as ``memq serve`` admits its calls, and a ``Host``
 that names the server (the guard of ``memq serve``: a rebound DNS name gets 421). Over
 stdio the parent process's trust is the server's. The tools act with an agent's
-credentials (``agent.url``), never the person's, whichever token was shown.
+credentials (``agent.url``), never the person's, whichever token was shown; a key's calls
+go on the keys' queue, which only the admin's credentials may push, and are judged there
+with an agent's rights and the key's grant.
 
 With ``--server URL`` (stdio), the tools act through ``memq serve`` at that address with
 the bearer token in ``MEMQ_TOKEN`` (an API key: the tools then reach only its grant), for
@@ -73,10 +75,11 @@ def run_mcp(args: argparse.Namespace) -> int:
     from memq.integrations._client import ToolsClient
     from memq.server.granted import GrantedClient
 
-    with MemoryClient(config=config) as client:
+    with MemoryClient(config=config) as client, \
+            MemoryClient(config=load_config(args, role=Role.ADMIN)) as keyed:
         door = principals(client, tokens, directory, config.serve.require_keys)
         # Each request's key decides what its tool calls reach (server/granted.py).
-        tools = cast(ToolsClient, GrantedClient(client))
+        tools = cast(ToolsClient, GrantedClient(client, keyed))
         serve_http(build_server(tools), door, args)
     return 0
 

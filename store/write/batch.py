@@ -126,6 +126,7 @@ def _decode(
     raw = fields.get(names.EVENT_FIELD, b"")
     replay_of, replay_problem = _replay_of(fields)
     sender, key_id, sender_problem = _sender(fields)
+    sender_problem = sender_problem or _key_problem(stream, key_id)
     kept = KEPT_RAW_FACTOR * limits.max_payload_bytes
     if len(raw) > kept:
         # Set aside for good (no replay can apply it), and not kept whole: a stream entry
@@ -177,6 +178,16 @@ def _sender(fields: dict[bytes, bytes]) -> tuple[str | None, str | None, str | N
         return acting.group(1), acting.group(2), None
     return None, None, ("sender must be 32 lowercase hex digits (and ':' and a key's 16), "
                         f"got {value!r:.60}")
+
+
+def _key_problem(stream: str, key_id: str | None) -> str | None:
+    """A key is named on the keys' stream, which only memq serve may push, and nowhere
+    else: a key named by anyone else would put their events in its audit."""
+    if stream == names.KEYS_INBOX_STREAM and key_id is None:
+        return f"an entry of {stream} must name the API key it was sent for"
+    if stream != names.KEYS_INBOX_STREAM and key_id is not None:
+        return f"only {names.KEYS_INBOX_STREAM} names API keys, not {stream}"
+    return None
 
 
 def _id_problem(stream_id: str) -> str | None:

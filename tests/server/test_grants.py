@@ -13,11 +13,13 @@ from pathlib import Path
 import apsw
 import httpx
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memq import MemoryClient, RemoteMemoryClient
+from memq import MemoryClient, RemoteMemoryClient, names
 from memq.authority import Role
+from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
 from memq.errors import (
     AuthenticationFailed,
@@ -27,10 +29,10 @@ from memq.errors import (
     PermissionDenied,
     ValidationError,
 )
-from memq.events import EventType
+from memq.events import Event, EventType, encode
 from memq.producers.operations import OPERATIONS
 from memq.server import bodies
-from memq.testing import WriterThread
+from memq.testing import WriterThread, wait_committed
 from tests.producers.serving import Served, serving
 from tests.server.conftest import key_for
 
@@ -386,3 +388,32 @@ def audit_rows(config: Config, key_id: str) -> list[tuple[str, str]]:
                             " USING (seq) WHERE k.key_id = ?", (key_id,)).fetchall()
     finally:
         conn.close()
+
+
+def test_only_the_keys_stream_names_a_key_and_no_agent_may_push_it(
+    config: Config, role_urls: dict[Role, str], writer: WriterThread
+) -> None:
+    """An agent host marking its events with a key's id would put them in the key's audit:
+    the mark is refused on its queue, and the keys' queue is the admin's alone."""
+    agent = redis.Redis.from_url(role_urls[Role.AGENT])
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        agent.rpush(names.INBOX_QUEUES[names.KEYS_INBOX_STREAM], b"x")
+    with MemoryClient(redis_url=role_urls[Role.AGENT], db_path=config.db_path) as forger:
+        forger.outbox.acting_for = "0123456789abcdef"  # its events go to the keys' queue
+        with pytest.raises(PermissionDenied, match="may not do that"):  # which it may not push
+            forger.append("s", "user", "as if through a key")
+    admin = redis.Redis.from_url(config.redis_url)
+    raw = encode(Event(id=uuid7(), type=EventType.MESSAGE_APPENDED, session_id="s",
+                       created_at=now_rfc3339(), payload={
+                           "message_id": uuid7(), "role": "user", "content": "x",
+                           "importance": 0.5}))
+    admin.rpush(names.INBOX_QUEUES[names.INBOX_STREAM], f"{'a' * 32}:{'b' * 16}\n".encode() + raw)
+    admin.rpush(names.INBOX_QUEUES[names.KEYS_INBOX_STREAM], f"{'a' * 32}\n".encode() + raw)
+    wait_committed(admin)
+    conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        reasons = sorted(r for (r,) in conn.execute("SELECT reason FROM rejected_events"))
+    finally:
+        conn.close()
+    assert reasons == ["an entry of memq:inbox:keys must name the API key it was sent for",
+                       "only memq:inbox:keys names API keys, not memq:inbox"]
