@@ -50,16 +50,17 @@ class Owners:
         with self._lock:
             return session_id not in self._known
 
-    def claim(self, session_id: str, user_id: str | None, agent_id: str | None) -> None:
+    def claim(self, session_id: str, user_id: str | None, agent_id: str | None) -> bool:
         """Check an append with these ids; raises :class:`ValidationError` if the session
         belongs to someone else. An append that names nobody is not checked (and costs no
-        read): it takes whatever owner the session has."""
+        read): it takes whatever owner the session has. True if this claim is what made
+        the owner known (:meth:`unclaim` takes it back if the append is never sent)."""
         if user_id is None and agent_id is None:
-            return
+            return False
         owner = self.get(session_id)
         if owner is None:
             self._remember(session_id, Owner(user_id, agent_id))
-            return
+            return True
         for what, have, asked in (("user", owner.user_id, user_id),
                                   ("agent", owner.agent_id, agent_id)):
             if asked is not None and asked != have:
@@ -67,6 +68,7 @@ class Owners:
                 raise ValidationError(
                     f"session {shown(session_id)} belongs to {held}; it cannot take a message "
                     f"for {what} {shown(asked)} (the first message of a session fixes its owner)")
+        return False
 
     def forget(self, sessions: Iterable[str] = (), users: Iterable[str] = ()) -> None:
         """Drop what is known of these sessions, and of every session of these users."""

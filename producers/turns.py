@@ -50,8 +50,13 @@ class TurnsOps(ContextOps):
                           tool_call_id=tool_call_id, tool_name=tool_name,
                           tool_calls=tool_calls, created_at=created_at, user_id=user_id,
                           agent_id=agent_id)
-        yield from self._claim_op(turn)
-        ticket = yield Send(turn.event)
+        made = False
+        try:
+            made = yield from self._claim_op(turn)
+            ticket = yield Send(turn.event)
+        except Exception:
+            self._unclaim([turn] if made else [])
+            raise
         return self._remember_turn(turn, ticket)
 
     def _append_many_op(self, turns: Sequence[Mapping[str, Any]]) -> Op[list[str]]:
@@ -69,9 +74,15 @@ class TurnsOps(ContextOps):
                                       ) from None
             except ValidationError as exc:
                 raise ValidationError(f"turns[{index}]: {exc}") from None
-        for checked in built:
-            yield from self._claim_op(checked)
-        tickets = yield SendMany(tuple(checked.event for checked in built))
+        made: list[Turn] = []
+        try:
+            for checked in built:
+                if (yield from self._claim_op(checked)):
+                    made.append(checked)
+            tickets = yield SendMany(tuple(checked.event for checked in built))
+        except Exception:
+            self._unclaim(made)
+            raise
         return [self._remember_turn(checked, ticket)
                 for checked, ticket in zip(built, tickets, strict=True)]
 
@@ -104,15 +115,15 @@ class TurnsOps(ContextOps):
         payload["importance"] = float(payload["importance"])  # an int 0 or 1 is valid too
         return Turn(event, session_id, when, payload, user_id, agent_id)
 
-    def _claim_op(self, turn: Turn) -> Op[None]:
+    def _claim_op(self, turn: Turn) -> Op[bool]:
         """Check the turn's owner against the session's. No read, but for an append that
         names an owner the first time this process sees the session (one primary-key
-        lookup; nothing yet if there is no database)."""
+        lookup; nothing yet if there is no database). True if it made the owner known."""
         claim = (turn.session_id, turn.user_id, turn.agent_id)
         if self.owners.would_read(*claim):
-            yield Run(self.owners.claim, claim)
-        else:
-            self.owners.claim(*claim)
+            made: bool = yield Run(self.owners.claim, claim)
+            return made
+        return self.owners.claim(*claim)
 
     def _remember_turn(self, turn: Turn, ticket: Ticket) -> str:
         self._remember_appended(turn.session_id, turn.created_at, turn.payload, ticket)
@@ -140,6 +151,11 @@ class TurnsOps(ContextOps):
                                                   summaries, bool(pending)))
         own = [p.message for p in pending if not p.ticket.settled(committed)]
         return _page(rows, own, anchor, limit, forwards=after is not None)
+
+    def _unclaim(self, turns: Sequence[Turn]) -> None:
+        """Nothing was sent: an owner these turns' claims made known would decide later
+        checks (another's first turn refused). The next check reads it from the database."""
+        self.owners.forget(sessions={turn.session_id for turn in turns})
 
     def _flush_op(self, timeout: float) -> Op[None]:
         try:

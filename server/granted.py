@@ -33,7 +33,8 @@ class GrantedClient:
     def __init__(self, base: MemoryClient, keyed: MemoryClient) -> None:
         self.base = base
         self.keyed = keyed
-        self._for_key: dict[str, MemoryClient] = {}
+        # Per grant, not per key: a delegated token is a caller of its own.
+        self._for_grant: dict[Grant, tuple[MemoryClient, set[str]]] = {}
         self._lock = threading.Lock()  # the tools run in worker threads
 
     def __getattr__(self, name: str) -> Any:
@@ -47,18 +48,22 @@ class GrantedClient:
             bound.apply_defaults()
             given = {k: v for k, v in bound.arguments.items() if k != "self"}
             grant = CALLER.get()
-            client = self._client(grant)
-            grants.admit(grant, op, given, client)
-            return grants.shown_to(grant, op, getattr(client, name)(**given))
+            client, claimed = self._client(grant)
+            grants.admit(grant, op, given, client, claimed)
+            answered = getattr(client, name)(**given)
+            if grant is not None and name in grants.APPENDS:
+                claimed.update(grants.sessions_named(op, given))
+            return grants.shown_to(grant, op, answered)
 
         return call
 
-    def _client(self, grant: Grant | None) -> MemoryClient:
+    def _client(self, grant: Grant | None) -> tuple[MemoryClient, set[str]]:
         if grant is None:
-            return self.base
+            return self.base, set()
         with self._lock:
-            client = self._for_key.get(grant.key_id)
-            if client is None:
-                client = self._for_key[grant.key_id] = self.keyed.with_own_outbox()
+            found = self._for_grant.get(grant)
+            if found is None:
+                client = self.keyed.with_own_outbox()
                 client.outbox.acting_for = grant.key_id
-            return client
+                found = self._for_grant[grant] = (client, set())
+            return found

@@ -22,7 +22,7 @@ What a key may do (``read``, ``write``, ``forget``) is the operation's right
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from memq.errors import NotFound, PermissionDenied
@@ -30,34 +30,57 @@ from memq.printable import shown
 from memq.producers.client import MemoryClient
 from memq.producers.operations import Operation, Right
 from memq.server.principals import Grant
+from memq.store.read.audit import key_of
 from memq.store.read.sessions import Owner, SessionInfo
 
 GLOBAL_WRITES = frozenset({"set_fact", "delete_fact", "put_document", "delete_document",
                            "touch_document"})
 """Calls that change a global fact or document when they name no user."""
 TASKS = frozenset({"schedule_task", "pause_task", "resume_task", "delete_task", "task"})
+APPENDS = frozenset({"append", "append_many"})
 
 
 def admit(grant: Grant | None, op: Operation, given: dict[str, Any],
-          client: MemoryClient) -> None:
+          client: MemoryClient, claimed: Collection[str] = ()) -> None:
     """Raise unless ``grant`` reaches everything the call names; fills in the user (and
-    agent) of a new session's first turn when the key has only one."""
+    agent) of a new session's first turn, and of a sessions list, when the key has only
+    one. ``claimed``: the sessions this caller itself started and the writer may not have
+    committed yet (its own turns read back at once)."""
     if grant is None:
         return
     if op.right is Right.ADMIN or op.right.value not in grant.rights:
         raise PermissionDenied(f"this key may not {op.right.value}: {op.name} needs it")
     if grant.everyone:
         return
-    if op.name in TASKS and grant.users is not None:
-        if op.name == "schedule_task":
-            raise PermissionDenied("tasks are every user's: a key limited to some users "
-                                   "cannot schedule one")
-        raise NotFound(f"no task {shown(given.get('task_id')):.60}")
-    if op.name == "get_context" and given.get("scope") == "agent" and grant.users is not None:
-        raise PermissionDenied("a key limited to some users searches at session or user "
-                               "scope: an agent's sessions are other users' too")
+    _admit_shared(grant, op, given, client)
     for turn in given["turns"] if op.name == "append_many" and _turns(given) else (given,):
-        _admit_names(grant, op, turn, client)
+        _admit_names(grant, op, turn, client, claimed)
+
+
+def _admit_shared(grant: Grant, op: Operation, given: dict[str, Any],
+                  client: MemoryClient) -> None:
+    """What is every user's (tasks), what crosses users or agents (scopes, lists, forgets)."""
+    if op.name in TASKS:
+        if op.name == "schedule_task":
+            raise PermissionDenied("tasks are every user's and agent's: a key limited to "
+                                   "some cannot schedule one")
+        raise NotFound(f"no task {shown(given.get('task_id')):.60}")
+    scope = given.get("scope")
+    if op.name == "get_context" and scope == "user" and grant.agents is not None:
+        raise PermissionDenied("a key limited to some agents searches at session or agent "
+                               "scope: its user's other agents' sessions are not its own")
+    if op.name == "sessions":
+        _fill(given, "user_id", grant.users, "list sessions")
+        _fill(given, "agent_id", grant.agents, "list sessions")
+    if op.name == "wait_forgotten" and _key_of(client, given.get("event_id")) != grant.key_id:
+        raise NotFound(f"no forget {shown(given.get('event_id')):.60} sent with this key "
+                       "(flush it first)")
+
+
+def sessions_named(op: Operation, given: Mapping[str, Any]) -> list[str]:
+    """The sessions an append names (each turn's, for a batch)."""
+    turns = given["turns"] if op.name == "append_many" and _turns(given) else [given]
+    return [t["session_id"] for t in turns if isinstance(t.get("session_id"), str)]
 
 
 def _turns(given: Mapping[str, Any]) -> bool:
@@ -65,39 +88,51 @@ def _turns(given: Mapping[str, Any]) -> bool:
     return isinstance(turns, list) and all(isinstance(t, dict) for t in turns)
 
 
-def _admit_names(grant: Grant, op: Operation, given: dict[str, Any],
-                 client: MemoryClient) -> None:
+def _admit_names(grant: Grant, op: Operation, given: dict[str, Any], client: MemoryClient,
+                 claimed: Collection[str]) -> None:
     for name, granted in (("user_id", grant.users), ("agent_id", grant.agents)):
         value = given.get(name)
         if value is not None and granted is not None and value not in granted:
             raise NotFound(f"no {name.removesuffix('_id')} {shown(value):.60}")
-    if isinstance(given.get("session_id"), str):
-        _admit_session(grant, op, given, client.owners.get(given["session_id"]))
+    session_id = given.get("session_id")
+    if isinstance(session_id, str):
+        # The committed owner, read afresh: a client's cache may hold a claim that was
+        # never sent, or that the writer refused, and must not decide what a key reaches.
+        owner = client.sources.owner(session_id)
+        _admit_session(grant, op, given, owner, session_id in claimed)
     elif op.name in GLOBAL_WRITES and given.get("user_id") is None and grant.users is not None:
         raise PermissionDenied("a key limited to some users changes only their facts and "
                                "documents: name the user_id")
 
 
 def _admit_session(grant: Grant, op: Operation, given: dict[str, Any],
-                   owner: Owner | None) -> None:
-    if owner is None or op.name in ("append", "append_many"):
-        if op.name not in ("append", "append_many"):
-            raise NotFound(f"no session {shown(given['session_id']):.60}")
-        _fill(given, "user_id", grant.users)
-        _fill(given, "agent_id", grant.agents)
-        if owner is None:
-            return
+                   owner: Owner | None, its_own: bool) -> None:
+    if op.name in APPENDS:
+        _fill(given, "user_id", grant.users, "start a session")
+        _fill(given, "agent_id", grant.agents, "start a session")
+    if owner is None:
+        if op.name in APPENDS or its_own:
+            return  # new: the writer fixes its owner with the first turn it commits
+        raise NotFound(f"no session {shown(given['session_id']):.60}")
     if not granted(grant, owner.user_id, owner.agent_id):
         raise NotFound(f"no session {shown(given['session_id']):.60}")
 
 
-def _fill(given: dict[str, Any], name: str, granted: frozenset[str] | None) -> None:
-    """A key of one user (or agent) appends as that user when the turn names none."""
+def _fill(given: dict[str, Any], name: str, granted: frozenset[str] | None,
+          doing: str) -> None:
+    """A key of one user (or agent) acts as that user when the call names none."""
     if given.get(name) is None and granted is not None:
         if len(granted) != 1:
             raise PermissionDenied(f"this key serves several {name.removesuffix('_id')}s: "
-                                   f"name the {name} of the session's first turn")
+                                   f"name the {name} to {doing}")
         (given[name],) = granted
+
+
+def _key_of(client: MemoryClient, event_id: Any) -> str | None:
+    if not isinstance(event_id, str):
+        return None
+    with client.readers.connection() as conn:
+        return key_of(conn, event_id)
 
 
 def granted(grant: Grant, user_id: str | None, agent_id: str | None) -> bool:
@@ -116,5 +151,5 @@ def shown_to(grant: Grant | None, op: Operation, result: Any) -> Any:
 FILTERS: Mapping[str, Callable[[Grant, Any], Any]] = {
     "sessions": lambda grant, found: [s for s in found if isinstance(s, SessionInfo)
                                       and granted(grant, s.user_id, s.agent_id)],
-    "tasks": lambda grant, found: found if grant.users is None else [],
+    "tasks": lambda grant, found: [],  # every user's and agent's: a limited key's none
 }

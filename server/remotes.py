@@ -47,6 +47,7 @@ server thread (about 40 in all), so beyond this a caller gets ``Busy`` (503) at 
 MAX_QUEUED = 2
 """Waits one caller may have at once, the one running and one queued behind it: its
 waits run one at a time, so more would hold server threads for nothing."""
+MAX_CLAIMED = 10_000
 CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 bearer = HTTPBearer(auto_error=False, description="agent.token or admin.token")
@@ -67,6 +68,13 @@ class Remote:
     """What the caller's key reaches (None: a shared token, its role's every right)."""
     budgets: Budgets | None = None
     """Where a key's calls are counted (``budgets.py``)."""
+    claimed: set[str] = field(default_factory=set)
+    """Sessions this caller started with a key, which it may read before they commit."""
+
+    def claim(self, sessions: list[str]) -> None:
+        if len(self.claimed) > MAX_CLAIMED:  # committed by now, as a rule: read from disk
+            self.claimed.clear()
+        self.claimed.update(sessions)
     lock: threading.Lock = field(default_factory=threading.Lock)
     turn: threading.Lock = field(default_factory=threading.Lock)
     queued: threading.BoundedSemaphore = field(

@@ -121,10 +121,15 @@ def endpoint(op: Operation, parameters: list[inspect.Parameter]) -> Callable[...
             asked = model()  # a body of defaults alone may be left out (curl's flush)
         if asked is not None:
             given.update({renamed.get(k, k): v for k, v in _fields(asked).items()})
-        grants.admit(remote.grant, op, given, remote.client)
         units = cost(op.name, given, writes=op.kind is Kind.WRITE)
+        # Spent before the grant is checked: a refused call costs its caller too, or
+        # probing for what lies outside the grant would be free.
         with remote.budgets.spend(remote.grant, units) if remote.budgets else nullcontext():
-            return RUN[op.kind](op, remote, given)
+            grants.admit(remote.grant, op, given, remote.client, remote.claimed)
+            answered = RUN[op.kind](op, remote, given)
+            if remote.grant is not None and op.name in grants.APPENDS:
+                remote.claim(grants.sessions_named(op, given))
+            return answered
 
     call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [*parameters, inspect.Parameter("remote", inspect.Parameter.KEYWORD_ONLY,

@@ -41,5 +41,12 @@ def audit(conn: apsw.Connection, *, key_id: str | None = None, user_id: str | No
             for seq, at, etype, session, user, key, name, erased in rows]
 
 
+def key_of(conn: apsw.Connection, event_id: str) -> str | None:
+    """The key a committed event was sent for, or None (none, or not committed)."""
+    row = conn.execute("SELECT k.key_id FROM events AS e JOIN event_keys AS k USING (seq) "
+                       "WHERE e.event_id = ?", (event_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
 def _text(value: object) -> str | None:
     return None if value is None else str(value)

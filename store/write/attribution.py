@@ -44,8 +44,8 @@ def _outside(cur: apsw.Cursor, event: Event, key_id: str, users: set[str] | None
              agents: set[str] | None) -> str | None:
     if users is None and agents is None:
         return None
-    if event.type in TASKS and users is not None:
-        return f"{event.type}: tasks are every user's, outside key {key_id}'s users"
+    if event.type in TASKS:
+        return f"{event.type}: tasks are every user's and agent's, outside key {key_id}'s"
     user, agent, what = _owner(cur, event)
     if what is None:
         return None

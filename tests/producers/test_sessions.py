@@ -37,6 +37,20 @@ def test_an_append_naming_another_user_raises_and_sends_nothing(client: MemoryCl
     assert (info.user_id, info.agent_id, info.message_count) == ("u1", "support", 2)
 
 
+def test_a_batch_refused_half_way_claims_no_session(client: MemoryClient) -> None:
+    """Nothing was sent: the first turn's owner must not decide the session's next turn."""
+    client.append("mine", "user", "hello", user_id="u1")
+    with pytest.raises(ValidationError, match="belongs to user 'u1'"):
+        client.append_many([
+            {"session_id": "fresh", "role": "user", "content": "never sent", "user_id": "u1"},
+            {"session_id": "mine", "role": "user", "content": "x", "user_id": "u2"},
+        ])
+    client.append("fresh", "user", "the first turn sent", user_id="u2")
+    client.flush()
+    assert [(s.session_id, s.user_id) for s in client.sessions(user_id="u2")] == [
+        ("fresh", "u2")]
+
+
 @pytest.mark.remote_too
 def test_another_process_learns_the_owner_from_the_database(
     client: MemoryClient, config: Config

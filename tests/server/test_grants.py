@@ -98,7 +98,11 @@ REFUSED = [
     ({"users": ["alice"]}, lambda c: c.forget_session("a"), "forget"),
     ({"users": ["alice"]}, lambda c: c.schedule_task("t", "in 2 hours", "p"), "tasks"),
     ({"users": ["alice"]}, lambda c: c.set_fact("c", "k", "v"), "name the user_id"),
-    ({"users": ["alice"]}, lambda c: c.get_context("a", scope="agent"), "session or user"),
+    ({"users": None, "agents": ["a1"]}, lambda c: c.get_context("a", scope="user"),
+     "session or agent"),
+    ({"users": None, "agents": ["a1"]}, lambda c: c.schedule_task("t", "in 2 hours", "p"),
+     "tasks"),
+    ({"users": ["alice", "carol"]}, lambda c: c.sessions(), "name the user_id"),
     ({"users": ["alice", "carol"]}, lambda c: c.append("n", "user", "x"), "several users"),
     ({"users": None}, lambda c: c.api_keys(), "admin"),
     ({"users": None}, lambda c: c.create_key("mine"), "admin"),
@@ -371,7 +375,7 @@ def test_the_writer_sets_aside_what_a_key_may_not_send_and_records_what_it_sent(
         f"{made.id}'s grant",
         f"fact.set: the data of user 'bob', outside key {made.id}'s grant",
         f"fact.set: a global fact or document of no user, outside key {made.id}'s grant",
-        f"task.scheduled: tasks are every user's, outside key {made.id}'s users",
+        f"task.scheduled: tasks are every user's and agent's, outside key {made.id}'s",
         f"key {made.id} may not forget",
     ]), reasons
     assert [m.content for m in admin.history("bob-chat")] == ["bob's secret plan"]
@@ -417,3 +421,81 @@ def test_only_the_keys_stream_names_a_key_and_no_agent_may_push_it(
         conn.close()
     assert reasons == ["an entry of memq:inbox:keys must name the API key it was sent for",
                        "only memq:inbox:keys names API keys, not memq:inbox"]
+
+
+# -- found by review: what a key must not reach through the server's own caches -------------
+
+
+def poison(client: RemoteMemoryClient, session_id: str) -> None:
+    """A batch refused at its second turn: its first turn's session was once remembered as
+    the caller's although nothing was sent."""
+    client.append("alice-own", "user", "mine", agent_id="a1")
+    client.flush()
+    with pytest.raises(ValidationError):
+        client.append_many([
+            {"session_id": session_id, "role": "user", "content": "never sent"},
+            {"session_id": "alice-own", "role": "user", "content": "x", "agent_id": "a2"},
+        ])
+
+
+def test_a_turn_never_sent_claims_no_session(admin: RemoteMemoryClient, served: Served
+                                             ) -> None:
+    with key_for(admin, served, users=["alice"], can=["read", "write", "forget"]) as alice:
+        poison(alice, "bob-tomorrow")
+        with pytest.raises(NotFound):
+            alice.history("bob-tomorrow")
+        admin.append("bob-tomorrow", "user", "bob's diagnosis", user_id="bob")
+        admin.flush()  # bob's own turn is not refused as "alice's session" either
+        for call in (lambda: alice.history("bob-tomorrow"),
+                     lambda: alice.get_context("bob-tomorrow", "diagnosis"),
+                     lambda: alice.forget_session("bob-tomorrow")):
+            with pytest.raises(NotFound):
+                call()
+    assert [m.content for m in admin.history("bob-tomorrow")] == ["bob's diagnosis"]
+
+
+def test_a_delegated_token_cannot_reach_through_a_claim_either(admin: RemoteMemoryClient,
+                                                              served: Served) -> None:
+    with key_for(admin, served, users=["alice", "bob"],
+                 can=["read", "write", "forget", "delegate"]) as key:
+        token = key.delegate(users=["alice"]).token
+    with RemoteMemoryClient(served.url, token=token) as run:
+        poison(run, "bob-tomorrow")
+        admin.append("bob-tomorrow", "user", "bob's diagnosis", user_id="bob")
+        admin.flush()
+        with pytest.raises(NotFound):
+            run.forget_session("bob-tomorrow")
+        run.append("alice-new", "user", "its own, read back at once")
+        assert [m.content for m in run.history("alice-new")] == ["its own, read back at once"]
+    assert [m.content for m in admin.history("bob-tomorrow")] == ["bob's diagnosis"]
+
+
+def test_a_key_of_one_agent_sees_neither_other_agents_nor_tasks(admin: RemoteMemoryClient,
+                                                                served: Served) -> None:
+    admin.append("bob-other-agent", "user", "said to a2", user_id="bob", agent_id="a2")
+    admin.flush()
+    with key_for(admin, served, users=None, agents=["a1"]) as a1:
+        found = a1.get_context("bob-chat", "said", scope="agent")
+        assert "said to a2" not in [i.content for i in found]
+        assert a1.tasks() == []
+        with pytest.raises(NotFound):
+            a1.pause_task(admin.tasks()[0].id)
+
+
+def test_a_refused_call_spends_the_budget_and_another_forget_is_not_found(
+    admin: RemoteMemoryClient, served: Served
+) -> None:
+    event = admin.forget_session("bob-chat")
+    admin.flush()
+    made = admin.create_key("small", users=["alice"], can=["read", "forget"], units_per_s=3)
+    admin.flush()
+    with RemoteMemoryClient(served.url, token=made.secret) as alice:
+        with pytest.raises(NotFound):
+            alice.wait_forgotten(event, 1)
+        answers = []  # 12 calls in well under a second: one second's window sees 6 at least
+        for _ in range(12):
+            try:
+                alice.history("bob-chat")
+            except MemqError as exc:
+                answers.append(type(exc).__name__)
+    assert "RateLimited" in answers
