@@ -83,15 +83,17 @@ class MemoryClient(
 
     # -- sending ---------------------------------------------------------------------
 
-    def with_own_outbox(self) -> MemoryClient:
+    def with_own_outbox(self, sender: MemoryClient | None = None) -> MemoryClient:
         """A client that shares this one's reads (pool, caches, working memory, pending
-        writes) and sends through an outbox of its own, on the same Redis credentials:
-        its :meth:`flush` waits for what it sent and reports only its own rejections.
+        writes) and sends through an outbox of its own, on the same Redis credentials, or
+        on ``sender``'s: its :meth:`flush` waits for what it sent and reports only its own
+        rejections.
 
-        What ``memq serve`` gives each remote client. Close only the original.
+        What ``memq serve`` gives each remote client (an API key's sends on the admin's
+        credentials, the only ones that may push the keys' queue). Close only the original.
         """
         twin = copy.copy(self)
-        twin.outbox = self._new_outbox()
+        twin.outbox = (sender or self)._new_outbox()
         return twin
 
     def _new_outbox(self) -> Outbox:

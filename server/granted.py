@@ -26,9 +26,9 @@ CALLER: ContextVar[Grant | None] = ContextVar("memq_caller_grant", default=None)
 
 class GrantedClient:
     """``base``'s methods of the table, each admitted against :data:`CALLER`'s grant. A
-    key's calls run on ``keyed`` (a client with the admin's credentials, the only ones that
-    may push the keys' queue) through an outbox of its own that names the key, so the
-    writer checks and records it. Anything else is ``base``'s."""
+    key's calls read through ``base`` and send through an outbox of their own on
+    ``keyed``'s credentials (the admin's, the only ones that may push the keys' queue),
+    naming the key, so the writer checks and records it. Anything else is ``base``'s."""
 
     def __init__(self, base: MemoryClient, keyed: MemoryClient) -> None:
         self.base = base
@@ -63,7 +63,7 @@ class GrantedClient:
         with self._lock:
             found = self._for_grant.get(grant)
             if found is None:
-                client = self.keyed.with_own_outbox()
+                client = self.base.with_own_outbox(self.keyed)
                 client.outbox.acting_for = grant.key_id
                 found = self._for_grant[grant] = (client, set())
             return found

@@ -157,10 +157,13 @@ class Remotes:
         with self._lock:
             remote = self._remotes.get(key)
             if remote is None:
-                # A key's events go on the keys' queue, which the admin's credentials alone
-                # may push: judged there with an agent's rights and the key's grant.
-                base = self.bases[Role.ADMIN if principal.grant else principal.role]
-                client, waiter = (base.with_own_outbox() for _ in range(2))
+                # A key reads through its role's client (one pool, one set of caches and
+                # one model per role) and sends on the keys' queue, which the admin's
+                # credentials alone may push: judged there with an agent's rights and the
+                # key's grant.
+                base = self.bases[principal.role]
+                sender = self.bases[Role.ADMIN] if principal.grant else base
+                client, waiter = (base.with_own_outbox(sender) for _ in range(2))
                 client.outbox.sender = waiter.outbox.sender = sender_of(*key)
                 if principal.grant is not None:  # the writer checks and records the key
                     client.outbox.acting_for = principal.grant.key_id
