@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from memq import broker
 from memq.authority import Role
 from memq.config import Config
+from memq.errors import ValidationError
 from memq.producers.documents import DocumentsOps
 from memq.producers.facts import FactsOps
 from memq.producers.identity import DatabaseCheck
@@ -92,6 +93,8 @@ class MemoryClient(
         What ``memq serve`` gives each remote client (an API key's sends on the admin's
         credentials, the only ones that may push the keys' queue). Close only the original.
         """
+        if sender is not None and not isinstance(sender, MemoryClient):
+            raise ValidationError(f"sender must be a MemoryClient, got {type(sender).__name__}")
         twin = copy.copy(self)
         twin.outbox = (sender or self)._new_outbox()
         return twin

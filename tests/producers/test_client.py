@@ -245,7 +245,8 @@ PLAUSIBLE = {"session_id": "s1", "role": "user", "content": "x", "query": "q",
              "prefix": "git status", "schedule": "every day at 9:00", "prompt": "p",
              "task_id": "t", "name": "t", "event_id": "e", "tool": "edit_file", "args": {},
              "namespace": ["docs"], "message_id": "m1"}
-NOT_CALLED = {"close", "flush", "batched", "wait_forgotten"}
+NOT_CALLED = {"close", "flush", "batched", "wait_forgotten",
+              "with_own_outbox"}  # the local client's alone: its own test below
 
 
 def _huge_calls() -> list[tuple[str, str]]:
@@ -277,6 +278,15 @@ def test_a_huge_integer_anywhere_is_a_memq_error(idle_client: MemoryClient, meth
     kwargs[param] = HUGE
     with pytest.raises(MemqError):
         function(**kwargs)
+
+
+def test_an_outbox_sender_must_be_a_client(config: Config) -> None:
+    from memq.errors import MemqError
+
+    with MemoryClient(config=config) as client:
+        for sender in (HUGE, "redis://elsewhere", object()):
+            with pytest.raises(MemqError, match="sender must be a MemoryClient"):
+                client.with_own_outbox(sender)  # type: ignore[arg-type]
 
 
 def test_from_env_names_a_huge_role() -> None:
