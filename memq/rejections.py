@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import orjson
 
 SENDER = re.compile(r"[0-9a-f]{32}")
-ON_BEHALF = re.compile(r"([0-9a-f]{32}):([0-9a-f]{16})")
-"""A sender acting for an API key (``memq serve``): the sender id, then the key's id."""
+ON_BEHALF = re.compile(r"([0-9a-f]{32}):([0-9a-f]{16})(?::([A-Za-z0-9_-]{1,20000}))?")
+"""A sender acting for an API key (``memq serve``): the sender id, the key's id, and for a
+delegated token what it narrows the key to (:mod:`memq.narrowing`)."""
 
 
 def sent_as(sender: str, key_id: str | None) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from memq.errors import PermissionDenied, ValidationError
+from memq.narrowing import MAX_NAMES
 from memq.printable import shown
 
 PREFIX = "md_"
@@ -101,6 +102,9 @@ def _narrowed(what: str, given: Any, granted: frozenset[str] | None) -> frozense
     asked = _ids(what, given)
     if asked is None:
         return granted
+    if len(asked) > MAX_NAMES:  # the narrowing rides on each of the token's events
+        raise ValidationError(f"{what}: a delegated token names at most {MAX_NAMES}, "
+                              f"got {len(asked)}")
     return _subset(what, asked, granted)
 
 

@@ -64,6 +64,6 @@ class GrantedClient:
             found = self._for_grant.get(grant)
             if found is None:
                 client = self.base.with_own_outbox(self.keyed)
-                client.outbox.acting_for = grant.key_id
+                client.outbox.acting_for = grant.mark
                 found = self._for_grant[grant] = (client, set())
             return found

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from memq import narrowing
 from memq.authority import Role
 from memq.clock import now_rfc3339
 from memq.producers.keys import TOKEN, digest
@@ -48,6 +49,14 @@ class Grant:
     units_per_s: int | None = None
     concurrent: int | None = None
     """The key's own budget (``server/budgets.py``); None: the configured one."""
+    narrowed: str | None = None
+    """A delegated token's own narrowing of its key, as its events carry it."""
+
+    @property
+    def mark(self) -> str:
+        """What its events carry to the writer: the key's id, and a delegated token's
+        narrowing of it (:mod:`memq.narrowing`), so the writer checks the same grant."""
+        return self.key_id if self.narrowed is None else f"{self.key_id}:{self.narrowed}"
 
     @property
     def everyone(self) -> bool:
@@ -167,7 +176,8 @@ class Principals:
         return Grant(key.id, _within(token.users, parent.users),
                      _within(token.agents, parent.agents),
                      token.rights & parent.rights - {"delegate"}, delegated=True,
-                     units_per_s=parent.units_per_s, concurrent=parent.concurrent)
+                     units_per_s=parent.units_per_s, concurrent=parent.concurrent,
+                     narrowed=narrowing.encode(token.users, token.agents, token.rights))
 
     def role_of(self, presented: str) -> Role | None:
         """As :meth:`Tokens.role_of`, for the guard's check before a body is read."""

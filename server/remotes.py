@@ -166,8 +166,8 @@ class Remotes:
                 client, waiter = (base.with_own_outbox(sender) for _ in range(2))
                 client.outbox.sender = waiter.outbox.sender = sender_of(*key)
                 if principal.grant is not None:  # the writer checks and records the key
-                    client.outbox.acting_for = principal.grant.key_id
-                    waiter.outbox.acting_for = principal.grant.key_id
+                    client.outbox.acting_for = principal.grant.mark
+                    waiter.outbox.acting_for = principal.grant.mark
                 remote = self._remotes[key] = Remote(client, waiter,
                                                      self.waits[principal.role],
                                                      grant=principal.grant,

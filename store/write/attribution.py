@@ -15,6 +15,7 @@ from __future__ import annotations
 import apsw
 import orjson
 
+from memq import narrowing
 from memq.events import Event, EventType
 from memq.printable import shown
 
@@ -23,8 +24,10 @@ FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
 TASKS = frozenset({EventType.TASK_SCHEDULED, EventType.TASK_CHANGED, EventType.TASK_DELETED})
 
 
-def refusal(cur: apsw.Cursor, event: Event, key_id: str) -> str | None:
-    """Why the key may not send ``event``, or None."""
+def refusal(cur: apsw.Cursor, event: Event, key_id: str, narrowed: str | None = None
+            ) -> str | None:
+    """Why the key (narrowed by a delegated token, if ``narrowed``) may not send
+    ``event``, or None."""
     row = cur.execute("SELECT users, agents, rights, expires_at, revoked_at FROM api_keys "
                       "WHERE id = ?", (key_id,)).fetchone()
     if row is None:
@@ -34,10 +37,26 @@ def refusal(cur: apsw.Cursor, event: Event, key_id: str) -> str | None:
         return f"sent for key {key_id}, revoked at {revoked_at}"
     if expires_at is not None and expires_at <= event.created_at:
         return f"sent for key {key_id}, expired at {expires_at}"
+    granted = (_ids(users), _ids(agents), set(orjson.loads(rights)))
+    if narrowed is not None:
+        try:
+            granted = _within(granted, narrowing.decode(narrowed))
+        except ValueError as exc:
+            return f"sent for key {key_id} with {exc}"
     needed = "forget" if event.type in FORGETS else "write"
-    if needed not in orjson.loads(rights):
+    if needed not in granted[2]:
         return f"key {key_id} may not {needed}"
-    return _outside(cur, event, key_id, _ids(users), _ids(agents))
+    return _outside(cur, event, key_id, granted[0], granted[1])
+
+
+Granted = tuple[set[str] | None, set[str] | None, set[str]]
+
+
+def _within(key: Granted, token: Granted) -> Granted:
+    """A delegated token's grant: what it names of what its key reaches."""
+    def both(mine: set[str] | None, its: set[str] | None) -> set[str] | None:
+        return its if mine is None else mine if its is None else mine & its
+    return both(key[0], token[0]), both(key[1], token[1]), key[2] & token[2]
 
 
 def _outside(cur: apsw.Cursor, event: Event, key_id: str, users: set[str] | None,

@@ -81,6 +81,8 @@ class Decoded:
     """The client that sent it (to report a rejection to), when the entry says."""
     key_id: str | None = None
     """The API key ``memq serve`` sent it for: judged against its grant, and recorded."""
+    narrowed: str | None = None
+    """A delegated token's narrowing of that key's grant (:mod:`memq.narrowing`)."""
 
     @property
     def role(self) -> Role:
@@ -125,7 +127,7 @@ def _decode(
 ) -> Decoded:
     raw = fields.get(names.EVENT_FIELD, b"")
     replay_of, replay_problem = _replay_of(fields)
-    sender, key_id, sender_problem = _sender(fields)
+    sender, key_id, narrowed, sender_problem = _sender(fields)
     sender_problem = sender_problem or _key_problem(stream, key_id)
     kept = KEPT_RAW_FACTOR * limits.max_payload_bytes
     if len(raw) > kept:
@@ -143,7 +145,8 @@ def _decode(
         problem = _future_problem(event) or authority.refusal(ROLE_OF_STREAM[stream], event)
         if problem is not None:
             return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
-        return Decoded(stream, stream_id, raw, replay_of, event, None, sender, key_id)
+        return Decoded(stream, stream_id, raw, replay_of, event, None, sender, key_id,
+                       narrowed)
     except InvalidEvent as exc:
         problem = _never_allowed(stream, raw) or str(exc)
         return Decoded(stream, stream_id, raw, replay_of, None, problem, sender)
@@ -164,20 +167,21 @@ def _never_allowed(stream: str, raw: bytes) -> str | None:
     return authority.type_refusal(ROLE_OF_STREAM[stream], etype)
 
 
-def _sender(fields: dict[bytes, bytes]) -> tuple[str | None, str | None, str | None]:
-    """The client an entry names as its sender and the key it acts for (None if none), or
-    the problem with them."""
+def _sender(fields: dict[bytes, bytes]
+            ) -> tuple[str | None, str | None, str | None, str | None]:
+    """The client an entry names as its sender, the key it acts for and a delegated
+    token's narrowing of it (None if none), or the problem with them."""
     value = fields.get(names.SENDER_FIELD)
     if value is None:
-        return None, None, None
+        return None, None, None, None
     text = value.decode("ascii", errors="replace")
     if SENDER.fullmatch(text):
-        return text, None, None
+        return text, None, None, None
     acting = ON_BEHALF.fullmatch(text)
     if acting is not None:
-        return acting.group(1), acting.group(2), None
-    return None, None, ("sender must be 32 lowercase hex digits (and ':' and a key's 16), "
-                        f"got {value!r:.60}")
+        return acting.group(1), acting.group(2), acting.group(3), None
+    return None, None, None, ("sender must be 32 lowercase hex digits (and ':' and a "
+                              f"key's 16), got {value!r:.60}")
 
 
 def _key_problem(stream: str, key_id: str | None) -> str | None:
@@ -279,7 +283,7 @@ def apply_careful(cur: apsw.Cursor, batch: list[Decoded], now: str, result: Batc
             continue
         refusal = _target_refusal(cur, item) if item.names_a_task else None
         if refusal is None and item.key_id is not None:
-            refusal = attribution.refusal(cur, item.event, item.key_id)
+            refusal = attribution.refusal(cur, item.event, item.key_id, item.narrowed)
         if refusal is not None:
             _reject(cur, item, refusal, now, result)
             continue

@@ -499,3 +499,39 @@ def test_a_refused_call_spends_the_budget_and_another_forget_is_not_found(
             except MemqError as exc:
                 answers.append(type(exc).__name__)
     assert "RateLimited" in answers
+
+
+def test_the_writer_checks_a_delegated_tokens_narrower_grant(
+    admin: RemoteMemoryClient, served: Served, config: Config
+) -> None:
+    """A token for alice from a key of alice and bob: the writer judges its events by the
+    token's grant, not the key's (as a server with a bug in its own check would send them)."""
+    from memq import narrowing
+
+    made = admin.create_key("k", users=["alice", "bob"], can=["read", "write", "forget"])
+    admin.flush()
+    with MemoryClient(config=config) as inside:
+        inside.outbox.acting_for = f"{made.id}:{narrowing.encode(['alice'], None, ['write'])}"
+        inside.append("alice-run", "user", "mine", user_id="alice")
+        inside.append("bob-chat", "user", "into bob's")
+        inside.forget_session("alice-run")
+        inside.outbox.acting_for = f"{made.id}:not-a-narrowing"
+        inside.append("alice-run", "user", "with a broken mark")
+        with pytest.raises(EventsRejected) as refused:
+            inside.flush()
+    reasons = [r.reason for r in refused.value.rejections]
+    assert len(reasons) == 3, reasons
+    assert reasons[:2] == [
+        f"message.appended: session 'bob-chat' of user 'bob', outside key {made.id}'s grant",
+        f"key {made.id} may not forget"]
+    assert reasons[2].startswith(f"sent for key {made.id} with not a narrowing")
+    assert [m.content for m in admin.history("bob-chat")] == ["bob's secret plan"]
+
+
+def test_a_delegated_token_names_few_enough_users_to_travel_with_its_events(
+    admin: RemoteMemoryClient, served: Served
+) -> None:
+    with key_for(admin, served, users=None, can=["read", "delegate"]) as backend:
+        assert backend.delegate(users=[f"u{i}" for i in range(32)]).token
+        with pytest.raises(ValidationError, match="at most 32, got 33"):
+            backend.delegate(users=[f"u{i}" for i in range(33)])
