@@ -41,8 +41,7 @@ class Budgets:
         if grant is None:
             yield
             return
-        limit, running_key = grant.units_per_s or self.units_per_s, _running(grant)
-        window = f"memq:budget:{grant.key_id}:{int(time.time())}"
+        limit, running_key, window = self._limit(grant), _running(grant), _window(grant)
         with broker.translated(self.redis_url, "counting a key's budget"):
             pipe = self.redis.pipeline(transaction=True)
             pipe.incrby(window, units)
@@ -67,10 +66,17 @@ class Budgets:
         """Whether ``grant``'s key has spent this second's budget already (one read)."""
         if grant is None:
             return False
-        window = f"memq:budget:{grant.key_id}:{int(time.time())}"
         with broker.translated(self.redis_url, "reading a key's budget"):
-            spent = self.redis.get(window)
-        return spent is not None and int(spent) >= (grant.units_per_s or self.units_per_s)
+            spent = self.redis.get(_window(grant))
+        return spent is not None and int(spent) >= self._limit(grant)
+
+    def _limit(self, grant: Grant) -> int:
+        return grant.units_per_s or self.units_per_s
+
+
+def _window(grant: Grant) -> str:
+    """This second's budget of ``grant``'s key (its delegated tokens spend the same)."""
+    return f"memq:budget:{grant.key_id}:{int(time.time())}"
 
 
 def _running(grant: Grant) -> str:

@@ -53,8 +53,15 @@ def admit(grant: Grant | None, op: Operation, given: dict[str, Any],
     if grant.everyone:
         return
     _admit_shared(grant, op, given, client)
-    for turn in given["turns"] if op.name == "append_many" and _turns(given) else (given,):
-        _admit_names(grant, op, turn, client, claimed)
+    owners: dict[str, Owner | None] = {}  # a batch's turns mostly share their session
+
+    def owner_of(session_id: str) -> Owner | None:
+        if session_id not in owners:
+            owners[session_id] = client.sources.owner(session_id)
+        return owners[session_id]
+
+    for turn in _each_call(op, given):
+        _admit_names(grant, op, turn, owner_of, claimed)
 
 
 def _admit_shared(grant: Grant, op: Operation, given: dict[str, Any],
@@ -77,19 +84,23 @@ def _admit_shared(grant: Grant, op: Operation, given: dict[str, Any],
                        "(flush it first)")
 
 
-def sessions_named(op: Operation, given: Mapping[str, Any]) -> list[str]:
+def sessions_named(op: Operation, given: dict[str, Any]) -> list[str]:
     """The sessions an append names (each turn's, for a batch)."""
-    turns = given["turns"] if op.name == "append_many" and _turns(given) else [given]
-    return [t["session_id"] for t in turns if isinstance(t.get("session_id"), str)]
+    return [t["session_id"] for t in _each_call(op, given)
+            if isinstance(t.get("session_id"), str)]
 
 
-def _turns(given: Mapping[str, Any]) -> bool:
+def _each_call(op: Operation, given: dict[str, Any]) -> list[dict[str, Any]]:
+    """A batch's turns, each judged as an append of its own; any other call, itself."""
     turns = given.get("turns")
-    return isinstance(turns, list) and all(isinstance(t, dict) for t in turns)
+    if op.name == "append_many" and isinstance(turns, list) and all(
+            isinstance(t, dict) for t in turns):
+        return turns
+    return [given]
 
 
-def _admit_names(grant: Grant, op: Operation, given: dict[str, Any], client: MemoryClient,
-                 claimed: Collection[str]) -> None:
+def _admit_names(grant: Grant, op: Operation, given: dict[str, Any],
+                 owner_of: Callable[[str], Owner | None], claimed: Collection[str]) -> None:
     for name, granted in (("user_id", grant.users), ("agent_id", grant.agents)):
         value = given.get(name)
         if value is not None and granted is not None and value not in granted:
@@ -98,7 +109,7 @@ def _admit_names(grant: Grant, op: Operation, given: dict[str, Any], client: Mem
     if isinstance(session_id, str):
         # The committed owner, read afresh: a client's cache may hold a claim that was
         # never sent, or that the writer refused, and must not decide what a key reaches.
-        owner = client.sources.owner(session_id)
+        owner = owner_of(session_id)
         _admit_session(grant, op, given, owner, session_id in claimed)
     elif op.name in GLOBAL_WRITES and given.get("user_id") is None and grant.users is not None:
         raise PermissionDenied("a key limited to some users changes only their facts and "

@@ -75,14 +75,12 @@ class Principal:
         """Stable per principal: the remote clients and their senders are keyed on it."""
         if self.grant is None:
             return self.role.value
-        if not self.grant.delegated:
+        if self.grant.narrowed is None:
             return f"key-{self.grant.key_id}"
         # A delegated token is its own caller: never the key's remote client, whose grant is
         # wider, whatever client id it sends. The digest is the same on every server.
-        shape = repr((sorted(self.grant.users or ()), self.grant.users is None,
-                      sorted(self.grant.agents or ()), self.grant.agents is None,
-                      sorted(self.grant.rights)))
-        return f"key-{self.grant.key_id}-{hashlib.sha256(shape.encode()).hexdigest()[:16]}"
+        shape = hashlib.sha256(self.grant.narrowed.encode()).hexdigest()[:16]
+        return f"key-{self.grant.key_id}-{shape}"
 
 
 class KeyRing:
@@ -102,19 +100,12 @@ class KeyRing:
         found = self._key(match.group(1))
         if found is None or not hmac.compare_digest(digest(presented), found[1]):
             return None
-        key = self.live(match.group(1))
-        return None if key is None else grant_of(key)
+        return grant_of(found[0]) if _live(found[0]) else None
 
     def live(self, key_id: str) -> ApiKey | None:
         """The key if it is neither revoked nor expired."""
         found = self._key(key_id)
-        if found is None:
-            return None
-        key = found[0]
-        if key.revoked_at is not None or (key.expires_at is not None
-                                          and key.expires_at <= now_rfc3339()):
-            return None
-        return key
+        return found[0] if found is not None and _live(found[0]) else None
 
     def _key(self, key_id: str) -> tuple[ApiKey, str] | None:
         now = time.monotonic()
@@ -129,6 +120,11 @@ class KeyRing:
             while len(self._cached) > MAX_CACHED_KEYS:
                 self._cached.popitem(last=False)
         return found
+
+
+def _live(key: ApiKey) -> bool:
+    return key.revoked_at is None and (key.expires_at is None
+                                       or key.expires_at > now_rfc3339())
 
 
 def keys_in(readers: ReadPool) -> Lookup:
