@@ -22,8 +22,11 @@ from memq.cli.common import (
     read_database,
     wait_committed,
 )
+from memq.errors import ValidationError
 from memq.printable import printable
 
+DEFAULT_TENANT = "default"
+"""The one tenant a deployment has until tenants are built (docs/security.md)."""
 UNITS = {"m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"([1-9][0-9]{0,5})([mhd])")
 
@@ -53,6 +56,9 @@ def register(sub: Any) -> None:
 def _register_create(verbs: Any) -> None:
     create = verbs.add_parser("create", help="mint a key; prints its secret once")
     create.add_argument("name", help="what the key is for (shown in lists)")
+    create.add_argument("--tenant", default=DEFAULT_TENANT, metavar="T",
+                        help=f"the key's tenant: only {DEFAULT_TENANT!r} exists so far "
+                             "(one deployment is one tenant)")
     who = create.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", action="append", dest="users", metavar="USER",
                      help="a user the key reaches (repeatable)")
@@ -85,6 +91,10 @@ def _duration(text: str) -> timedelta:
 
 
 def create_key(args: argparse.Namespace) -> int:
+    if args.tenant != DEFAULT_TENANT:
+        raise ValidationError(
+            f"--tenant {args.tenant!r}: this deployment has one tenant, {DEFAULT_TENANT!r}; "
+            "tenants of their own are not built yet (run a stack per tenant)")
     expires = None if args.expires is None else datetime.now(UTC) + args.expires
     with person(args) as client:
         made = client.create_key(args.name, users=None if args.all_users else args.users,

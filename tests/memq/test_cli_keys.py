@@ -79,3 +79,15 @@ def test_audit_lists_what_each_key_sent(config: Config, writer: WriterThread,
     assert run(config, "audit", url=admin) == 0
     assert f"{key_id} (bot)  message.appended  user alice  session trip" in \
         capsys.readouterr().out
+
+
+def test_the_default_tenant_is_the_only_one_so_far(config: Config, writer: WriterThread,
+                                                   role_urls: dict[Role, str],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    admin = role_urls[Role.ADMIN]
+    assert run(config, "keys", "create", "k", "--tenant", "default", "--user", "u",
+               url=admin) == 0
+    capsys.readouterr()
+    assert run(config, "keys", "create", "k", "--tenant", "acme", "--user", "u",
+               url=admin) == 2  # a usage error
+    assert "tenants of their own are not built yet" in capsys.readouterr().err
