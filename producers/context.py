@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from memq import tenants
 from memq.embedding import Embedder
 from memq.errors import StoreError, ValidationError
 from memq.events import check_identifier
@@ -209,7 +210,9 @@ class ContextOps(ClientBase):
             return []
         session_id = scope.session_id
         owner = self.owners.get(session_id)
-        user = None if owner is None else owner.user_id
+        # A session of nobody sees its tenant's global facts, never another tenant's.
+        user = owner.user_id if owner is not None and owner.user_id is not None else (
+            tenants.everyone_beside(session_id))
         try:
             with self.readers.connection() as conn:
                 matches = relevant_facts(conn, query, retrieval.facts_limit, user)

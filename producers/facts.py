@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memq import tenants
 from memq.errors import ValidationError
 from memq.events import Event, EventType, check_identifier
 from memq.producers.mixin import ClientBase, check_flag
@@ -82,10 +83,12 @@ def with_pending_facts(
     guard as the writer's (a user's value stays unless the change is forced); only the
     global ones and ``user_id``'s, as :func:`store.read.facts.list_facts` reads them."""
     current = {(f.user_id, f.category, f.key): f for f in committed}
+    everyone = tenants.everyone_beside(user_id)
     for event in pending:
         p = event.payload
         owner = p.get("user_id")
-        if (category is not None and p["category"] != category) or owner not in (None, user_id):
+        if (category is not None and p["category"] != category) or owner not in (everyone,
+                                                                                 user_id):
             continue
         key = (owner, p["category"], p["key"])
         old = current.get(key)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memq import tenants
 from memq.authority import Role
 from memq.clock import normalize_rfc3339
 from memq.errors import NotFound, PermissionDenied, ValidationError
@@ -56,7 +57,7 @@ class KeysOps(ClientBase):
     def _create_key_op(
         self, name: str, users: Sequence[str] | None, agents: Sequence[str] | None,
         can: Sequence[str], expires_at: datetime | str | None, units_per_s: int | None,
-        concurrent: int | None,
+        concurrent: int | None, tenant: str,
     ) -> Op[NewKey]:
         key_id = secrets.token_hex(8)
         token = f"mk_{key_id}_{secrets.token_urlsafe(32)}"
@@ -67,6 +68,7 @@ class KeysOps(ClientBase):
             "expires_at": None if expires_at is None
             else normalize_rfc3339(expires_at, what="expires_at"),
             "units_per_s": units_per_s, "concurrent": concurrent,
+            "tenant": _tenant(tenant),
         }
         yield from self._send_op(EventType.KEY_CREATED, payload)
         return NewKey(key_id, token)
@@ -88,6 +90,13 @@ class KeysOps(ClientBase):
             raise PermissionDenied(f"{action} is the person's: admin credentials only")
 
 
+def _tenant(tenant: str) -> str:
+    try:
+        return tenants.check_name(tenant)
+    except ValueError as exc:
+        raise ValidationError(f"tenant: {exc}") from None
+
+
 def _rights(can: Sequence[str]) -> list[str]:
     rights = _ids("can", can) or []
     if not rights or set(rights) - RIGHTS or len(set(rights)) != len(rights):
@@ -101,6 +110,10 @@ def _ids(what: str, given: Sequence[str] | None) -> list[str] | None:
         return None
     if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
         raise ValidationError(f"{what} must be a list, got {type(given).__name__}")
+    for item in given:
+        if isinstance(item, str) and tenants.SEPARATOR in item:
+            raise ValidationError(f"{what} names the users (or agents) inside the key's "
+                                  "tenant: an id with a control character is none of them")
     return [check_identifier(what, item) for item in given]
 
 

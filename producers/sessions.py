@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from memq import names
+from memq import names, tenants
 from memq.clock import normalize_rfc3339
 from memq.errors import FlushTimeout, NotFound, ValidationError
 from memq.events import EventType, check_identifier
@@ -41,7 +41,7 @@ class SessionsOps(ClientBase):
 
     def _sessions_op(
         self, user_id: str | None, agent_id: str | None, limit: int,
-        before: datetime | str | None,
+        before: datetime | str | None, tenant: str | None,
     ) -> Op[list[SessionInfo]]:
         for name, value in (("user_id", user_id), ("agent_id", agent_id)):
             if value is not None:
@@ -51,7 +51,10 @@ class SessionsOps(ClientBase):
             raise ValidationError(
                 f"limit must be an integer from 1 to {MAX_SESSIONS_PAGE}, got {shown(limit)}")
         bound = None if before is None else normalize_rfc3339(before, what="before")
-        found: list[SessionInfo] = yield Read(_list_sessions, (user_id, agent_id, limit, bound))
+        if tenant is not None:
+            _tenant_name(tenant)
+        found: list[SessionInfo] = yield Read(_list_sessions,
+                                              (user_id, agent_id, limit, bound, tenant))
         return found
 
     def _forget_session_op(self, session_id: str) -> Op[str]:
@@ -104,6 +107,13 @@ FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
 
 
 def _list_sessions(conn: Reader, user_id: str | None, agent_id: str | None, limit: int,
-                   before: str | None) -> list[SessionInfo]:
+                   before: str | None, tenant: str | None) -> list[SessionInfo]:
     return stored.list_sessions(conn, user_id=user_id, agent_id=agent_id, limit=limit,
-                                before=before)
+                                before=before, tenant=tenant)
+
+
+def _tenant_name(tenant: str) -> None:
+    try:
+        tenants.check_name(tenant)
+    except ValueError as exc:
+        raise ValidationError(f"tenant: {exc}") from None

@@ -99,11 +99,12 @@ class AsyncSurface:
 
     async def sessions(
         self, user_id: str | None = None, agent_id: str | None = None, *, limit: int = 50,
-        before: datetime | str | None = None,
+        before: datetime | str | None = None, tenant: str | None = None,
     ) -> list[SessionInfo]:
         """Committed sessions, most recently active first, with their owner, first and last
         message times and message count; only ``user_id``'s and/or ``agent_id``'s when
-        given. For the next page, pass the last one's ``last_active_at`` as ``before``."""
+        given, and only ``tenant``'s when given (:mod:`memq.tenants`; a key's always
+        are its own tenant's). For the next page, pass the last one's ``last_active_at`` as ``before``."""
         return await self._call("sessions", locals())
 
     async def forget_session(self, session_id: str) -> str:
@@ -282,13 +283,14 @@ class AsyncSurface:
         self, name: str, *, users: Sequence[str] | None = None,
         agents: Sequence[str] | None = None, can: Sequence[str] = ("read", "write"),
         expires_at: datetime | str | None = None, units_per_s: int | None = None,
-        concurrent: int | None = None,
+        concurrent: int | None = None, tenant: str = "default",
     ) -> NewKey:
-        """Mint a key for ``memq serve``: its bearer reaches only ``users`` (None: every
-        user) and ``agents`` (None: every agent), and may do only what ``can`` lists
-        (``read``, ``write``, ``forget``, ``delegate``). ``units_per_s`` / ``concurrent``:
-        its own budget (default ``[limits]``). The secret is in the answer, and nowhere
-        else. Admin credentials only."""
+        """Mint a key for ``memq serve``: its bearer reaches only ``tenant``'s ids (another
+        tenant's ``alice`` is not its ``alice``), there only ``users`` (None: every user)
+        and ``agents`` (None: every agent), and may do only what ``can`` lists (``read``,
+        ``write``, ``forget``, ``delegate``). ``units_per_s`` / ``concurrent``: its own
+        budget (default ``[limits]``). The secret is in the answer, and nowhere else. Admin
+        credentials only."""
         return await self._call("create_key", locals())
 
     async def api_keys(self) -> list[ApiKey]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from memq import tenants
 from memq.errors import PermissionDenied, ValidationError
 from memq.narrowing import MAX_NAMES
 from memq.printable import shown
@@ -93,7 +94,7 @@ def _ids(what: str, given: Any) -> frozenset[str] | None:
     if given is None:
         return None
     if isinstance(given, (str, bytes)) or not isinstance(given, (list, tuple)) or not all(
-            isinstance(item, str) and item for item in given):
+            isinstance(item, str) and item and tenants.SEPARATOR not in item for item in given):
         raise ValidationError(f"{what} must be a list of names, got {shown(given):.60}")
     return frozenset(given)
 

@@ -49,8 +49,8 @@ class GrantedClient:
             given = {k: v for k, v in bound.arguments.items() if k != "self"}
             grant = CALLER.get()
             client, claimed = self._client(grant)
-            grants.admit(grant, op, given, client, claimed)
-            answered = getattr(client, name)(**given)
+            stored = grants.admit(grant, op, given, client, claimed)
+            answered = getattr(client, name)(**stored)
             if grant is not None and name in grants.APPENDS:
                 claimed.update(grants.sessions_named(op, given))
             return grants.shown_to(grant, op, answered)

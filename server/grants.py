@@ -25,10 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from memq import tenants
 from memq.errors import NotFound, PermissionDenied
 from memq.printable import shown
 from memq.producers.client import MemoryClient
 from memq.producers.operations import Operation, Right
+from memq.server import tenancy
 from memq.server.principals import Grant
 from memq.store.read.audit import key_of
 from memq.store.read.sessions import Owner, SessionInfo
@@ -41,23 +43,36 @@ APPENDS = frozenset({"append", "append_many"})
 
 
 def admit(grant: Grant | None, op: Operation, given: dict[str, Any],
-          client: MemoryClient, claimed: Collection[str] = ()) -> None:
-    """Raise unless ``grant`` reaches everything the call names; fills in the user (and
-    agent) of a new session's first turn, and of a sessions list, when the key has only
-    one. ``claimed``: the sessions this caller itself started and the writer may not have
-    committed yet (its own turns read back at once)."""
+          client: MemoryClient, claimed: Collection[str] = ()) -> dict[str, Any]:
+    """The arguments to run the call with, once ``grant`` is found to reach everything it
+    names (raises otherwise): the caller's names mapped into the key's tenant
+    (:mod:`memq.server.tenancy`). Fills in the user (and agent) of a new session's first
+    turn, and of a sessions list, when the key has only one. ``claimed``: the sessions
+    this caller itself started and the writer may not have committed yet (its own turns
+    read back at once), in the caller's names."""
     if grant is None:
-        return
+        return given
+    tenancy.refuse_stored_ids(op, given)
     if op.right is Right.ADMIN or op.right.value not in grant.rights:
         raise PermissionDenied(f"this key may not {op.right.value}: {op.name} needs it")
-    if grant.everyone:
-        return
+    tenancy.refuse_default_only(grant.tenant, op)
+    if op.name == "wait_forgotten" and _key_of(client, given.get("event_id")) != grant.key_id:
+        raise NotFound(f"no forget {shown(given.get('event_id')):.60} sent with this key "
+                       "(flush it first)")
+    if not grant.everyone:
+        _admit_limited(grant, op, given, client, claimed)
+    return tenancy.into(grant.tenant, op, given)
+
+
+def _admit_limited(grant: Grant, op: Operation, given: dict[str, Any],
+                   client: MemoryClient, claimed: Collection[str]) -> None:
     _admit_shared(grant, op, given, client)
     owners: dict[str, Owner | None] = {}  # a batch's turns mostly share their session
 
     def owner_of(session_id: str) -> Owner | None:
         if session_id not in owners:
-            owners[session_id] = client.sources.owner(session_id)
+            stored = client.sources.owner(tenants.inside(grant.tenant, session_id))
+            owners[session_id] = tenancy.owner_in(grant.tenant, stored)
         return owners[session_id]
 
     for turn in _each_call(op, given):
@@ -79,9 +94,6 @@ def _admit_shared(grant: Grant, op: Operation, given: dict[str, Any],
     if op.name == "sessions":
         _fill(given, "user_id", grant.users, "list sessions")
         _fill(given, "agent_id", grant.agents, "list sessions")
-    if op.name == "wait_forgotten" and _key_of(client, given.get("event_id")) != grant.key_id:
-        raise NotFound(f"no forget {shown(given.get('event_id')):.60} sent with this key "
-                       "(flush it first)")
 
 
 def sessions_named(op: Operation, given: dict[str, Any]) -> list[str]:
@@ -152,8 +164,11 @@ def granted(grant: Grant, user_id: str | None, agent_id: str | None) -> bool:
 
 
 def shown_to(grant: Grant | None, op: Operation, result: Any) -> Any:
-    """A list answer cut to what ``grant`` reaches."""
-    if grant is None or grant.everyone:
+    """An answer in the key's tenant's names, a list cut to what ``grant`` reaches."""
+    if grant is None:
+        return result
+    result = tenancy.out_of(grant.tenant, op, result)
+    if grant.everyone:
         return result
     cut = FILTERS.get(op.name)
     return result if cut is None else cut(grant, result)

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memq import narrowing
+from memq import narrowing, tenants
 from memq.authority import Role
 from memq.clock import now_rfc3339
 from memq.producers.keys import TOKEN, digest
@@ -51,6 +51,8 @@ class Grant:
     """The key's own budget (``server/budgets.py``); None: the configured one."""
     narrowed: str | None = None
     """A delegated token's own narrowing of its key, as its events carry it."""
+    tenant: str = tenants.DEFAULT
+    """Whose ids it reaches (:mod:`memq.tenants`): ``users`` and ``agents`` are its names."""
 
     @property
     def mark(self) -> str:
@@ -137,7 +139,7 @@ def keys_in(readers: ReadPool) -> Lookup:
 
 def grant_of(key: ApiKey) -> Grant:
     return Grant(key.id, _set(key.users), _set(key.agents), frozenset(key.rights),
-                 units_per_s=key.units_per_s, concurrent=key.concurrent)
+                 units_per_s=key.units_per_s, concurrent=key.concurrent, tenant=key.tenant)
 
 
 def _set(ids: tuple[str, ...] | None) -> frozenset[str] | None:
@@ -173,7 +175,8 @@ class Principals:
                      _within(token.agents, parent.agents),
                      token.rights & parent.rights - {"delegate"}, delegated=True,
                      units_per_s=parent.units_per_s, concurrent=parent.concurrent,
-                     narrowed=narrowing.encode(token.users, token.agents, token.rights))
+                     narrowed=narrowing.encode(token.users, token.agents, token.rights),
+                     tenant=parent.tenant)
 
     def role_of(self, presented: str) -> Role | None:
         """As :meth:`Tokens.role_of`, for the guard's check before a body is read."""

@@ -125,8 +125,8 @@ def endpoint(op: Operation, parameters: list[inspect.Parameter]) -> Callable[...
         # Spent before the grant is checked: a refused call costs its caller too, or
         # probing for what lies outside the grant would be free.
         with remote.budgets.spend(remote.grant, units) if remote.budgets else nullcontext():
-            grants.admit(remote.grant, op, given, remote.client, remote.claimed)
-            answered = RUN[op.kind](op, remote, given)
+            stored = grants.admit(remote.grant, op, given, remote.client, remote.claimed)
+            answered = RUN[op.kind](op, remote, stored)
             if remote.grant is not None and op.name in grants.APPENDS:
                 remote.claim(grants.sessions_named(op, given))
             return answered

@@ -13,6 +13,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memq import tenants
 from memq.cli.common import (
     add_store_options,
     add_wait_option,
@@ -22,11 +23,8 @@ from memq.cli.common import (
     read_database,
     wait_committed,
 )
-from memq.errors import ValidationError
 from memq.printable import printable
 
-DEFAULT_TENANT = "default"
-"""The one tenant a deployment has until tenants are built (docs/security.md)."""
 UNITS = {"m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"([1-9][0-9]{0,5})([mhd])")
 
@@ -56,9 +54,9 @@ def register(sub: Any) -> None:
 def _register_create(verbs: Any) -> None:
     create = verbs.add_parser("create", help="mint a key; prints its secret once")
     create.add_argument("name", help="what the key is for (shown in lists)")
-    create.add_argument("--tenant", default=DEFAULT_TENANT, metavar="T",
-                        help=f"the key's tenant: only {DEFAULT_TENANT!r} exists so far "
-                             "(one deployment is one tenant)")
+    create.add_argument("--tenant", default=tenants.DEFAULT, metavar="T",
+                        help="the tenant whose users the key reaches: a namespace of its "
+                             f"own, made by naming it (default {tenants.DEFAULT!r})")
     who = create.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", action="append", dest="users", metavar="USER",
                      help="a user the key reaches (repeatable)")
@@ -91,15 +89,12 @@ def _duration(text: str) -> timedelta:
 
 
 def create_key(args: argparse.Namespace) -> int:
-    if args.tenant != DEFAULT_TENANT:
-        raise ValidationError(
-            f"--tenant {args.tenant!r}: this deployment has one tenant, {DEFAULT_TENANT!r}; "
-            "tenants of their own are not built yet (run a stack per tenant)")
     expires = None if args.expires is None else datetime.now(UTC) + args.expires
     with person(args) as client:
         made = client.create_key(args.name, users=None if args.all_users else args.users,
                                  agents=args.agents, can=args.can, expires_at=expires,
-                                 units_per_s=args.units_per_s, concurrent=args.concurrent)
+                                 units_per_s=args.units_per_s, concurrent=args.concurrent,
+                                 tenant=args.tenant)
         wait_committed(client, args.wait)
     if args.json:
         print_json(dataclasses.asdict(made))
@@ -119,7 +114,8 @@ def list_keys(args: argparse.Namespace) -> int:
         agents = "" if key.agents is None else f"; agents {', '.join(key.agents)}"
         state = (f"revoked {key.revoked_at}" if key.revoked_at
                  else f"expires {key.expires_at}" if key.expires_at else "no expiry")
-        print(f"{key.id}  {key.name}  {users}{agents}; can {','.join(key.rights)}; {state}")
+        print(f"{key.id}  {key.name}  tenant {key.tenant}: {users}{agents}; "
+              f"can {','.join(key.rights)}; {state}")
     if not found:
         print("no key yet: memq keys create NAME --user USER")
     return 0

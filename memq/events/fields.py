@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from memq import tenants
 from memq.clock import normalize_rfc3339, parse_rfc3339
 from memq.config import LimitsConfig
 from memq.errors import InvalidEvent, ValidationError
@@ -59,14 +60,17 @@ class Schema:
 def check_identifier(
     what: str, value: Any, *, max_chars: int = SHORT, error: type[ValidationError] = ValidationError
 ) -> str:
-    """Ids, session ids, names: non-empty text, bounded, with no control characters."""
+    """Ids, session ids, names: non-empty text, bounded, with no control characters (but
+    the separator of a tenant's stored form, :mod:`memq.tenants`, whose id part is held to
+    the same rules)."""
     if not isinstance(value, str):
         raise error(f"{what} must be a string, got {type(value).__name__}")
-    if not value.strip():
+    tenant, name = tenants.split(value)
+    if not name.strip() and not (tenant != tenants.DEFAULT and name == ""):
         raise error(f"{what} must not be empty")
-    if len(value) > max_chars:
-        raise error(f"{what} is {len(value)} characters, over the {max_chars} limit")
-    bad = _CONTROL.search(value)
+    if len(name) > max_chars:
+        raise error(f"{what} is {len(name)} characters, over the {max_chars} limit")
+    bad = _CONTROL.search(name)
     if bad is not None:
         if SURROGATE.match(bad.group()):
             raise error(f"{what} contains a lone surrogate, which is not valid UTF-8")
@@ -142,19 +146,18 @@ def _structure_problem(value: list[Any] | dict[str, Any]) -> str | None:
 def _text_problem(value: str, spec: Field, limits: LimitsConfig) -> str | None:
     if "\x00" in value:
         return "contains a NUL character"
-    if spec.max_chars is None:
-        # Characters bound bytes from above by 4: only long texts need encoding to count.
-        if len(value) * 4 > limits.max_content_bytes:
-            size = len(value.encode("utf-8", "surrogatepass"))
-            if size > limits.max_content_bytes:
-                return f"is {size} bytes, over the {limits.max_content_bytes} byte limit"
-    elif len(value) > spec.max_chars:
-        return f"is {len(value)} characters, over the {spec.max_chars} limit"
+    # Characters bound bytes from above by 4: only long texts need encoding to count.
+    if spec.max_chars is None and len(value) * 4 > limits.max_content_bytes:
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > limits.max_content_bytes:
+            return f"is {size} bytes, over the {limits.max_content_bytes} byte limit"
     if spec.identifier:
-        if not value.strip():
-            return "must not be empty"
-        if _CONTROL.search(value):
-            return "contains a control character"
+        try:
+            check_identifier("it", value, max_chars=spec.max_chars or len(value))
+        except ValidationError as exc:
+            return str(exc).removeprefix("it ")
+    elif spec.max_chars is not None and len(value) > spec.max_chars:
+        return f"is {len(value)} characters, over the {spec.max_chars} limit"
     if spec.timestamp:
         try:
             parse_rfc3339(value, what="it")

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from memq import tenants
 from memq.approvals import normalize_prefix
 from memq.errors import ValidationError
 from memq.events.fields import check_identifier, check_proposed_fact
@@ -96,8 +97,19 @@ RIGHTS = frozenset({"read", "write", "forget", "delegate"})
 
 
 def granted_ids(value: list[Any]) -> str | None:
-    """The users or agents a key names: 1 to 1000 distinct identifiers."""
+    """The users or agents a key names: 1 to 1000 distinct identifiers, each a name inside
+    the key's tenant (never another tenant's stored form)."""
+    if any(isinstance(item, str) and tenants.SEPARATOR in item for item in value):
+        return "holds an id with a control character"
     return _distinct_ids(value, MAX_GRANTED, ("user or agent", "users or agents", "an id"))
+
+
+def tenant(value: str) -> str | None:
+    try:
+        tenants.check_name(value)
+    except ValueError as exc:
+        return f"is not a tenant's name: {exc}"
+    return None
 
 
 def rights(value: list[Any]) -> str | None:

@@ -289,6 +289,8 @@ SCHEMAS: dict[str, Schema] = {
             # The key's own budget ([limits] key_units_per_s / key_concurrent when absent).
             "units_per_s": _opt(int, low=1, high=10**9),
             "concurrent": _opt(int, low=1, high=10**6),
+            # The tenant whose ids it reaches (memq/tenants.py); absent: 'default'.
+            "tenant": Field(str, required=False, max_chars=40, check=rules.tenant),
         },
     ),
     EventType.KEY_REVOKED: Schema(1, {"key_id": Field(str, check=rules.key_id)}),

@@ -35,3 +35,9 @@ def api_keys(cur: apsw.Cursor) -> None:
         CREATE INDEX event_keys_by_key ON event_keys(key_id, seq);
         """
     )
+
+
+def key_tenants(cur: apsw.Cursor) -> None:
+    # A key reaches one tenant's ids (memq/tenants.py). The keys minted before tenants
+    # were the default tenant's, the only one there was.
+    cur.execute("ALTER TABLE api_keys ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")

@@ -11,6 +11,7 @@ import orjson
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType
+from memq.tenants import DEFAULT
 from memq.store.effects import Effects
 from memq.store.projections.base import Applier
 
@@ -21,11 +22,12 @@ def apply_created(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) ->
         raise InvalidEvent(f"key.created: key {p['key_id']} exists already")
     cur.execute(
         """INSERT INTO api_keys (id, name, secret_sha256, users, agents, rights, expires_at,
-                                 units_per_s, concurrent, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                 units_per_s, concurrent, created_at, tenant)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (p["key_id"], p["name"], p["secret_sha256"], _json(p.get("users")),
          _json(p.get("agents")), orjson.dumps(p["rights"]).decode(), p.get("expires_at"),
-         p.get("units_per_s"), p.get("concurrent"), event.created_at),
+         p.get("units_per_s"), p.get("concurrent"), event.created_at,
+         p.get("tenant", DEFAULT)),
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import apsw
 
-from memq.store.read.facts import FACT_COLUMNS, VISIBLE_TO, Fact
+from memq.store.read.facts import FACT_COLUMNS, VISIBLE_TO, Fact, visible_to
 
 MIN_PREFIX = 4
 """Shortest shared prefix that counts as a (half) match between two different words."""
@@ -49,7 +49,7 @@ def relevant_facts(
         return []
     rows: list[tuple[Any, ...]] = conn.execute(
         "SELECT id, updated_at, category || ' ' || key || ' ' || value FROM facts "
-        f"WHERE {VISIBLE_TO}", {"user": user_id},
+        f"WHERE {VISIBLE_TO}", visible_to(user_id),
     ).fetchall()
     scores = _scores(terms, [text for _, _, text in rows])
     # Best score first, then the most recently updated, then the oldest id (stable sorts).

@@ -12,6 +12,8 @@ from typing import Any
 import apsw
 import orjson
 
+from memq import tenants
+
 from memq.events import EventType
 from memq.store.projections.facts import may_change as may_change  # the guard, for readers
 
@@ -46,10 +48,17 @@ class FactChange:
 
 FACT_COLUMNS = "id, category, key, value, source, created_at, updated_at, user_id"
 
-VISIBLE_TO = "ifnull(user_id, '') IN ('', ifnull(:user, ''))"
-"""SQL condition on ``facts``: a global fact, or one of the user ``:user`` (NULL: none).
+VISIBLE_TO = "ifnull(user_id, '') IN (:everyone, ifnull(:user, ''))"
+"""SQL condition on ``facts``: a global fact of the user's tenant (``:everyone``), or one of
+the user ``:user`` (NULL: none). Its parameters are :func:`visible_to`'s.
 
 Word for word the start of the unique index facts_by_key (migration 0014), so it seeks."""
+
+
+def visible_to(user_id: str | None) -> dict[str, str | None]:
+    """The parameters of :data:`VISIBLE_TO`: the default tenant's global facts are stored
+    with no user, another tenant's with its pseudo-user (:func:`memq.tenants.everyone`)."""
+    return {"user": user_id, "everyone": tenants.everyone_beside(user_id) or ""}
 
 
 def list_facts(
@@ -60,7 +69,7 @@ def list_facts(
     where = VISIBLE_TO + ("" if category is None else " AND category = :category")
     rows = conn.execute(
         f"SELECT {FACT_COLUMNS} FROM facts WHERE {where} ORDER BY category, key, user_id",
-        {"user": user_id, "category": category},
+        {**visible_to(user_id), "category": category},
     )
     return [Fact(*row) for row in rows]
 

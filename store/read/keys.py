@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import apsw
 import orjson
 
+from memq.tenants import DEFAULT
+
 
 @dataclass(frozen=True)
 class ApiKey:
@@ -26,10 +28,13 @@ class ApiKey:
     """Its own budget per second (None: ``[limits] key_units_per_s``)."""
     concurrent: int | None = None
     """Its own bound on calls at once (None: ``[limits] key_concurrent``)."""
+    tenant: str = DEFAULT
+    """The tenant whose ids it reaches (:mod:`memq.tenants`); ``users`` and ``agents`` are
+    that tenant's."""
 
 
 _COLUMNS = ("id, name, users, agents, rights, expires_at, created_at, revoked_at, "
-            "units_per_s, concurrent")
+            "units_per_s, concurrent, tenant")
 
 
 def keys(conn: apsw.Connection) -> list[ApiKey]:
@@ -47,10 +52,10 @@ def key_with_digest(conn: apsw.Connection, key_id: str) -> tuple[ApiKey, str] | 
 
 def _key(row: tuple[object, ...]) -> ApiKey:
     (key_id, name, users, agents, rights, expires_at, created_at, revoked_at, units,
-     concurrent) = row
+     concurrent, tenant) = row
     return ApiKey(str(key_id), str(name), _ids(users), _ids(agents),
                   tuple(orjson.loads(str(rights))), _text(expires_at), str(created_at),
-                  _text(revoked_at), _int(units), _int(concurrent))
+                  _text(revoked_at), _int(units), _int(concurrent), str(tenant))
 
 
 def _ids(value: object) -> tuple[str, ...] | None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import apsw
 
+from memq import tenants
+
 from memq.store.read.messages import Message, message_from_row
 from memq.store.read.scope import Owner
 from memq.store.read.summaries import timeline
@@ -77,13 +79,18 @@ _COLUMNS = "session_id, user_id, agent_id, started_at, last_active_at, message_c
 
 def list_sessions(
     conn: apsw.Connection, *, user_id: str | None = None, agent_id: str | None = None,
-    limit: int = 50, before: str | None = None,
+    limit: int = 50, before: str | None = None, tenant: str | None = None,
 ) -> list[SessionInfo]:
     """Sessions with messages, most recently active first; only ``user_id``'s and/or
     ``agent_id``'s when given; only those last active before ``before`` (an RFC3339 time)
-    when given."""
+    when given; only ``tenant``'s (:mod:`memq.tenants`) when given."""
     where, params = ["last_active_at IS NOT NULL"], {
-        "user": user_id, "agent": agent_id, "before": before, "limit": limit}
+        "user": user_id, "agent": agent_id, "before": before, "limit": limit,
+        "mark": tenants.inside(tenant or tenants.DEFAULT, "")}
+    if tenant == tenants.DEFAULT:
+        where.append(f"instr(session_id, char({ord(tenants.SEPARATOR)})) = 0")
+    elif tenant is not None:
+        where.append("substr(session_id, 1, length(:mark)) = :mark")
     if user_id is not None:
         where.append("user_id = :user")
     if agent_id is not None:

@@ -15,24 +15,26 @@ from __future__ import annotations
 import apsw
 import orjson
 
-from memq import narrowing
+from memq import narrowing, tenants
 from memq.events import Event, EventType
 from memq.printable import shown
 
 FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
                      EventType.USER_FORGOTTEN})
 TASKS = frozenset({EventType.TASK_SCHEDULED, EventType.TASK_CHANGED, EventType.TASK_DELETED})
+DEFAULT_ONLY = ("task.", "macro.", "prefix.")
+"""Kinds of event whose data is the default tenant's alone so far (``server/tenancy.py``)."""
 
 
 def refusal(cur: apsw.Cursor, event: Event, key_id: str, narrowed: str | None = None
             ) -> str | None:
     """Why the key (narrowed by a delegated token, if ``narrowed``) may not send
     ``event``, or None."""
-    row = cur.execute("SELECT users, agents, rights, expires_at, revoked_at FROM api_keys "
-                      "WHERE id = ?", (key_id,)).fetchone()
+    row = cur.execute("SELECT users, agents, rights, expires_at, revoked_at, tenant "
+                      "FROM api_keys WHERE id = ?", (key_id,)).fetchone()
     if row is None:
         return f"sent for key {key_id}, which does not exist"
-    users, agents, rights, expires_at, revoked_at = row
+    users, agents, rights, expires_at, revoked_at, tenant = row
     if revoked_at is not None:
         return f"sent for key {key_id}, revoked at {revoked_at}"
     if expires_at is not None and expires_at <= event.created_at:
@@ -46,7 +48,31 @@ def refusal(cur: apsw.Cursor, event: Event, key_id: str, narrowed: str | None = 
     needed = "forget" if event.type in FORGETS else "write"
     if needed not in granted[2]:
         return f"key {key_id} may not {needed}"
-    return _outside(cur, event, key_id, granted[0], granted[1])
+    return _other_tenant(event, key_id, str(tenant)) or _outside(
+        cur, event, key_id, _inside(str(tenant), granted[0]), _inside(str(tenant), granted[1]))
+
+
+def _other_tenant(event: Event, key_id: str, tenant: str) -> str | None:
+    """Why the event reaches beyond the key's tenant (:mod:`memq.tenants`), or None."""
+    if tenant != tenants.DEFAULT and event.type.startswith(DEFAULT_ONLY):
+        return f"{event.type}: tasks, macros and approvals are the default tenant's, " \
+               f"outside key {key_id}'s tenant {tenant}"
+    p = event.payload
+    if (tenant != tenants.DEFAULT and event.type.startswith(("fact.", "document."))
+            and p.get("user_id") is None):
+        return f"{event.type}: the default tenant's global data, outside key {key_id}'s " \
+               f"tenant {tenant}"
+    for what, value in (("session", event.session_id), ("user", p.get("user_id")),
+                        ("agent", p.get("agent_id"))):
+        if isinstance(value, str) and tenants.tenant_of(value) != tenant:
+            return f"{event.type}: {what} {shown(value):.60} is outside key {key_id}'s " \
+                   f"tenant {tenant}"
+    return None
+
+
+def _inside(tenant: str, names: set[str] | None) -> set[str] | None:
+    """A grant's names (a tenant's own) as the stored ids they stand for."""
+    return None if names is None else {tenants.inside(tenant, n) for n in names}
 
 
 Granted = tuple[set[str] | None, set[str] | None, set[str]]

@@ -28,7 +28,8 @@ def test_create_list_and_revoke(config: Config, writer: WriterThread,
     assert made["secret"].startswith(f"mk_{made['id']}_")
     assert run(config, "keys", "list", url=admin) == 0
     listed = capsys.readouterr().out
-    assert f"{made['id']}  support-bot  alice, bob; can read,write; expires 20" in listed
+    assert f"{made['id']}  support-bot  tenant default: alice, bob; can read,write; " \
+           "expires 20" in listed
     assert made["secret"] not in listed
     assert run(config, "keys", "revoke", made["id"], url=admin) == 0
     assert capsys.readouterr().out == f"revoked: {made['id']}\n"
@@ -81,13 +82,15 @@ def test_audit_lists_what_each_key_sent(config: Config, writer: WriterThread,
         capsys.readouterr().out
 
 
-def test_the_default_tenant_is_the_only_one_so_far(config: Config, writer: WriterThread,
-                                                   role_urls: dict[Role, str],
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_key_is_of_one_tenant_named_when_it_is_made(config: Config, writer: WriterThread,
+                                                      role_urls: dict[Role, str],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     admin = role_urls[Role.ADMIN]
-    assert run(config, "keys", "create", "k", "--tenant", "default", "--user", "u",
+    assert run(config, "keys", "create", "k", "--tenant", "acme", "--user", "u",
                url=admin) == 0
     capsys.readouterr()
-    assert run(config, "keys", "create", "k", "--tenant", "acme", "--user", "u",
+    assert run(config, "keys", "list", url=admin) == 0
+    assert "tenant acme: u;" in capsys.readouterr().out
+    assert run(config, "keys", "create", "k", "--tenant", "Not A Tenant", "--user", "u",
                url=admin) == 2  # a usage error
-    assert "tenants of their own are not built yet" in capsys.readouterr().err
+    assert "a tenant is 1 to 40 of a-z" in capsys.readouterr().err

@@ -65,6 +65,23 @@ def test_paging_and_filters(sessions: MemoryClient, config: Config,
     assert capsys.readouterr().out == "no sessions\n"
 
 
+def test_one_tenants_sessions_in_its_own_names(sessions: MemoryClient, config: Config,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The local database spans every tenant; --tenant shows one, as its keys name it."""
+    sessions.append("acme\x1fa", "user", "hi", user_id="acme\x1fu1", agent_id="acme\x1fbot")
+    sessions.flush()
+    assert main(["sessions", "--tenant", "acme", "--json", "--db", config.db_path]) == 0
+    [row] = orjson.loads(capsys.readouterr().out)["sessions"]
+    assert (row["session_id"], row["user_id"], row["agent_id"]) == ("a", "u1", "bot")
+    assert main(["sessions", "--tenant", "acme", "--user", "u2", "--db", config.db_path]) == 0
+    assert capsys.readouterr().out == "no sessions\n"
+    assert main(["sessions", "--tenant", "default", "--db", config.db_path]) == 0
+    assert [line.split()[-1] for line in capsys.readouterr().out.splitlines()] == [
+        "c", "b", "a"]
+    assert main(["sessions", "--tenant", "Acme!", "--db", config.db_path]) == 2
+    assert "--tenant: a tenant is 1 to 40" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--limit", "0"], "a number of sessions is from 1 to 10000, got 0"),
     (["--limit", "x"], "not a number of sessions: 'x'"),

@@ -320,6 +320,23 @@ def test_relevant_facts_never_include_another_users(log: EventLog) -> None:
     assert found == {"no nuts in the kitchen"}
 
 
+def test_a_tenants_users_see_its_global_facts_and_no_other_tenants(log: EventLog) -> None:
+    """A tenant's global facts belong to its pseudo-user (memq/tenants.py): its users see
+    them, and neither the default tenant's (no user) nor another tenant's."""
+    log.send(set_fact("office", "allergy policy", "default: no nuts"),
+             set_fact("office", "allergy policy", "acme: no shellfish", user="acme\x1f"),
+             set_fact("office", "allergy policy", "globex: no dairy", user="globex\x1f"),
+             set_fact("health", "allergy", "acme's alice: peanuts", user="acme\x1falice"))
+    conn = log.reader()
+    assert {m.fact.value for m in relevant_facts(conn, "allergy?", 5, "acme\x1falice")} == {
+        "acme: no shellfish", "acme's alice: peanuts"}
+    assert values(list_facts(conn, user_id="globex\x1falice")) == [
+        ("globex\x1f", "globex: no dairy")]
+    assert values(list_facts(conn, user_id="acme\x1f")) == [("acme\x1f", "acme: no shellfish")]
+    assert values(list_facts(conn, user_id="alice")) == [(None, "default: no nuts")]
+    log.assert_rebuild_equal()
+
+
 @pytest.mark.parametrize("bad", ["", "a\x00b", "a\nb", "x" * 201])
 def test_a_bad_user_id_on_a_fact_is_set_aside(log: EventLog, bad: str) -> None:
     assert log.send(set_fact("c", "k", "v", user=bad)).rejected == 1
@@ -329,5 +346,6 @@ def test_a_bad_user_id_on_a_fact_is_set_aside(log: EventLog, bad: str) -> None:
 
 def test_listing_a_users_facts_seeks_the_unique_index(log: EventLog) -> None:
     plan = " ".join(str(row[-1]) for row in log.reader().execute(
-        f"EXPLAIN QUERY PLAN SELECT id FROM facts WHERE {fact_reads.VISIBLE_TO}", {"user": "u"}))
+        f"EXPLAIN QUERY PLAN SELECT id FROM facts WHERE {fact_reads.VISIBLE_TO}",
+        fact_reads.visible_to("u")))
     assert "SEARCH facts USING COVERING INDEX facts_by_key" in plan

@@ -1,0 +1,154 @@
+"""A key's calls in its tenant's names: what the caller names is mapped into the tenant
+before the client runs the call, and what the client answers is mapped back.
+
+A key's caller writes ids as it knows them (``alice``, ``s1``); below this module they are
+stored ids (:mod:`memq.tenants`): the same name in two tenants is two different ids, so a
+key cannot name, list or search another tenant's data, whatever it sends. Three rules:
+
+- An id a caller sends must not hold the tenant separator (no key may write a stored id,
+  the default tenant's keys included).
+- A fact or document of no user is, in a tenant, the tenant's pseudo-user's
+  (:func:`memq.tenants.everyone`): a tenant's "global" data is its own.
+- Tasks, tool macros and command approvals are the default tenant's for now: another
+  tenant's key sees none, and schedules, learns or uses none (deny by default).
+
+The grant (:mod:`memq.server.grants`) is judged in the caller's names, before mapping:
+a key's users and agents are names inside its tenant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from memq import tenants
+from memq.errors import NotFound, PermissionDenied, ValidationError
+from memq.printable import shown
+from memq.producers.operations import Operation
+from memq.store.read.scope import Owner
+
+MAPPED = ("session_id", "user_id", "agent_id")
+"""Arguments (and answer fields) that are ids inside a tenant."""
+UNMAPPED_IDS = ("task_id", "message_id", "event_id", "key_id", "before", "after")
+"""Ids that are unique across tenants (made by memq) but must not smuggle a stored id."""
+ALL_USERS = frozenset({"set_fact", "delete_fact", "facts", "fact_history", "put_document",
+                       "delete_document", "touch_document", "document", "search_documents",
+                       "document_namespaces"})
+"""Calls where no ``user_id`` means the global data, which in a tenant is its own."""
+DEFAULT_ONLY = frozenset({"schedule_task", "pause_task", "resume_task", "delete_task",
+                          "task", "tasks", "allowed_prefixes", "is_command_allowed",
+                          "record_tool_call", "suggest_next_tools", "use_macro"})
+"""Calls on what is the default tenant's alone so far (tasks, approvals, macros)."""
+NOTHING: Mapping[str, Any] = {"tasks": [], "allowed_prefixes": [],
+                              "is_command_allowed": False, "suggest_next_tools": []}
+"""What another tenant's key reads of the default tenant's alone: nothing."""
+
+
+def refuse_stored_ids(op: Operation, given: Mapping[str, Any]) -> None:
+    """ValidationError if an id the caller sends holds the tenant separator."""
+    for call in _calls(op, given):
+        for name in (*MAPPED, *UNMAPPED_IDS):
+            value = call.get(name)
+            if isinstance(value, str) and tenants.SEPARATOR in value:
+                raise ValidationError(f"{name} contains a control character")
+
+
+def refuse_default_only(tenant: str, op: Operation) -> None:
+    """Refuse another tenant's key a call that names or changes what is the default
+    tenant's alone (its list reads are cut to nothing by :func:`out_of`)."""
+    if tenant == tenants.DEFAULT or op.name not in DEFAULT_ONLY or op.name in NOTHING:
+        return
+    if op.name in ("task", "pause_task", "resume_task", "delete_task", "use_macro"):
+        raise NotFound(f"no {op.name.rpartition('_')[2]} here")
+    raise PermissionDenied(f"{op.name}: tasks and tool macros are the default tenant's; "
+                           "a key of another tenant has none")
+
+
+def into(tenant: str, op: Operation, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The call's arguments as stored ids of ``tenant`` (a new dict: ``given`` is kept)."""
+    mapped = dict(given)
+    if op.name == "append_many" and isinstance(given.get("turns"), list):
+        mapped["turns"] = [_ids_into(tenant, t) if isinstance(t, Mapping) else t
+                           for t in given["turns"]]
+    mapped = _ids_into(tenant, mapped)
+    if op.name in ALL_USERS and mapped.get("user_id") is None:
+        mapped["user_id"] = tenants.everyone(tenant)
+    if op.name == "sessions":
+        if given.get("tenant") not in (None, tenant):
+            raise NotFound(f"no tenant {shown(given['tenant']):.60}")
+        mapped["tenant"] = tenant
+    return mapped
+
+
+def _ids_into(tenant: str, call: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: tenants.inside(tenant, v) if k in MAPPED and isinstance(v, str) else v
+            for k, v in call.items()}
+
+
+def out_of(tenant: str, op: Operation, answer: Any) -> Any:
+    """``answer`` in ``tenant``'s names: lists keep only the tenant's items."""
+    if tenant != tenants.DEFAULT and op.name in NOTHING:
+        return NOTHING[op.name]
+    if tenant == tenants.DEFAULT and not isinstance(answer, list):
+        return _strip(tenant, answer)
+    if isinstance(answer, list):
+        return [_strip(tenant, item) for item in answer if _belongs(tenant, item)]
+    return _strip(tenant, answer)
+
+
+def owner_in(tenant: str, owner: Owner | None) -> Owner | None:
+    """A session's stored owner in ``tenant``'s names; None if another tenant's."""
+    if owner is None:
+        return None
+    user, agent = (None if v is None else _name_in(tenant, v) for v in owner)
+    if (owner.user_id is not None and user is None) or (owner.agent_id is not None
+                                                        and agent is None):
+        return None
+    return Owner(None if user == "" else user, agent)
+
+
+def _belongs(tenant: str, item: Any) -> bool:
+    if not dataclasses.is_dataclass(item):
+        return True
+    for name in MAPPED:
+        value = getattr(item, name, None)
+        if isinstance(value, str) and tenants.tenant_of(value) != tenant:
+            return False
+    inner = getattr(item, "document", None)
+    return inner is None or _belongs(tenant, inner)
+
+
+def _strip(tenant: str, item: Any) -> Any:
+    if isinstance(item, list):
+        return [_strip(tenant, v) for v in item]
+    if not dataclasses.is_dataclass(item) or isinstance(item, type):
+        return item
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(item):
+        value = getattr(item, field.name)
+        if field.name in MAPPED and isinstance(value, str):
+            changes[field.name] = _outside(tenant, value, field.name)
+        elif dataclasses.is_dataclass(value):
+            changes[field.name] = _strip(tenant, value)
+    return dataclasses.replace(item, **changes) if changes else item
+
+
+def _outside(tenant: str, stored: str, what: str) -> str | None:
+    name = _name_in(tenant, stored)
+    if name is None:  # a list was cut to the tenant first: this is a bug, not an answer
+        raise NotFound(f"no {what.removesuffix('_id')} {shown(stored):.60}")
+    return None if name == "" and what == "user_id" else name
+
+
+def _name_in(tenant: str, stored: str) -> str | None:
+    """The id ``stored`` names in ``tenant``, or None if it is another tenant's."""
+    its_tenant, name = tenants.split(stored)
+    return name if its_tenant == tenant else None
+
+
+def _calls(op: Operation, given: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    turns = given.get("turns")
+    if op.name == "append_many" and isinstance(turns, list):
+        return [given, *(t for t in turns if isinstance(t, Mapping))]
+    return [given]
