@@ -41,7 +41,7 @@ import redis
 from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
-from memq import authority, names
+from memq import authority, names, tenants
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
 from memq.events import ENVELOPE_FIELDS, SCHEMAS, EventType, Field
@@ -195,6 +195,7 @@ CHECKED_VALUES: dict[Callable[..., Any], st.SearchStrategy[Any]] = {
     field_rules.granted_ids: st.lists(NAME, min_size=1, max_size=3, unique=True),
     field_rules.rights: st.lists(st.sampled_from(sorted(field_rules.RIGHTS)), min_size=1,
                                  max_size=4, unique=True),
+    field_rules.tenant: st.from_regex(tenants.NAME, fullmatch=True),
 }
 """Valid values for the fields that have a rule of their own."""
 
