@@ -284,3 +284,25 @@ def test_with_a_key_the_store_reaches_only_its_users_documents(
             with pytest.raises(PermissionDenied, match="name the user_id"):
                 MemqStore(client=remote, index_fields=[]).put(("notes",), "x", {"a": 1})
         assert MemqStore(client=person, user_id="bob").get(("notes",), "plan") is not None
+
+
+def test_with_a_tenants_key_the_stores_namespaces_are_the_tenants_own(
+    config: Config, role_urls: dict[Role, str], writer: object, tmp_path: Path
+) -> None:
+    """Two tenants' graphs use the same user and namespace and never see each other's."""
+    with serving(config, role_urls, tmp_path) as served, \
+            RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as person:
+        keys = {t: person.create_key(t, tenant=t, users=["alice"]) for t in ("acme", "globex")}
+        person.flush()
+        for tenant, key in keys.items():
+            with RemoteMemoryClient(served.url, token=key.secret) as remote:
+                store = MemqStore(client=remote, user_id="alice", index_fields=[])
+                store.put(("notes",), "seat", {"text": f"{tenant}'s window"})
+                remote.flush()
+        for tenant, key in keys.items():
+            with RemoteMemoryClient(served.url, token=key.secret) as remote:
+                store = MemqStore(client=remote, user_id="alice", index_fields=[])
+                assert [i.value for i in store.search(("notes",))] == [
+                    {"text": f"{tenant}'s window"}]
+                assert store.list_namespaces() == [("notes",)]
+        assert MemqStore(client=person, user_id="alice").get(("notes",), "seat") is None
