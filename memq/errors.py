@@ -129,6 +129,15 @@ class DatabaseMismatch(MemqError):
     what it sends. The message names both."""
 
 
+class FeedExpired(MemqError):
+    """A change feed's follower asked from a position retention has since deleted events
+    after: it would miss them. ``horizon`` is the oldest position it may resume from."""
+
+    def __init__(self, message: str, horizon: int = 0) -> None:
+        super().__init__(message)
+        self.horizon = horizon
+
+
 class ModelError(MemqError):
     """The embedding model files are missing, incomplete or do not match their checksum."""
 

@@ -31,6 +31,7 @@ STATUS: dict[type[MemqError], int] = {
     errors.FlushTimeout: 504,
     errors.Busy: 503,
     errors.RateLimited: 429,
+    errors.FeedExpired: 410,
     errors.BrokerError: 503,
     errors.StoreError: 503,
     errors.ModelError: 503,
@@ -70,6 +71,8 @@ def from_error(error: MemqError) -> dict[str, Any]:
         extra["rejections"] = [
             {"event_id": r.event_id, "event_type": r.event_type, "reason": r.reason,
              "entry_id": r.entry_id} for r in error.rejections]
+    if isinstance(error, errors.FeedExpired):
+        extra["horizon"] = error.horizon
     return problem(type(error).__name__, status_of(error), str(error), **extra)
 
 
@@ -87,6 +90,9 @@ def to_error(status: int, body: Any) -> MemqError:
         cls = _by_status(status)
     if cls is errors.EventsRejected:
         return errors.EventsRejected(message, _rejections(body))
+    if cls is errors.FeedExpired:
+        horizon = body.get("horizon") if isinstance(body, dict) else None
+        return errors.FeedExpired(message, horizon if isinstance(horizon, int) else 0)
     return cls(message)
 
 

@@ -31,6 +31,7 @@ from memq.config import Config
 from memq.errors import BrokerError
 from memq.producers import ops
 from memq.producers.aio_outbox import AsyncOutbox
+from memq.producers.changes import ChangesOps
 from memq.producers.documents import DocumentsOps
 from memq.producers.facts import FactsOps
 from memq.producers.identity import AsyncDatabaseCheck
@@ -59,6 +60,7 @@ thread sees it: ``asyncio.to_thread`` copies the context)."""
 
 class AsyncMemoryClient(
     TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, KeysOps,
+    ChangesOps,
     AsyncSurface,
 ):
     """One asyncio agent's handle on memq; share it between the tasks of one event loop."""

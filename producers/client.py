@@ -16,6 +16,7 @@ from memq import broker
 from memq.authority import Role
 from memq.config import Config
 from memq.errors import ValidationError
+from memq.producers.changes import ChangesOps
 from memq.producers.documents import DocumentsOps
 from memq.producers.facts import FactsOps
 from memq.producers.identity import DatabaseCheck
@@ -36,6 +37,7 @@ __all__ = ["DEFAULT_IMPORTANCE", "MemoryClient", "default_importance"]
 
 class MemoryClient(
     TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, KeysOps,
+    ChangesOps,
     SyncClientBase, Surface,
 ):
     """One agent process's handle on memq. Thread-safe for reads; use one per thread to write.

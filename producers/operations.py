@@ -134,6 +134,8 @@ _ROWS = [
     _write("record_tool_call", "POST", "/tool-calls", "event_id"),
     _read("suggest_next_tools", "POST", "/tool-calls/suggest", "suggestions"),
     _write("use_macro", "POST", "/macros/{macro_id}/use", "event_id"),
+    # the change feed (and memq serve's own GET /v1/changes, as server-sent events)
+    _read("changes_page", "POST", "/changes/page", "page"),
     # API keys
     _write("create_key", "POST", "/keys", "key", right=A, status=201),
     _read("api_keys", "GET", "/keys", "keys", right=A),
@@ -142,4 +144,8 @@ _ROWS = [
 
 OPERATIONS: Mapping[str, Operation] = MappingProxyType({op.name: op for op in _ROWS})
 
-__all__ = ["OPERATIONS", "Kind", "Operation", "Right"]
+BUILT_ON: Mapping[str, str] = MappingProxyType({"changes": "changes_page"})
+"""Client methods written on top of an operation of the table (not operations of their
+own: no route, no transport), by the operation each calls."""
+
+__all__ = ["BUILT_ON", "OPERATIONS", "Kind", "Operation", "Right"]

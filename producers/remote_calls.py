@@ -28,12 +28,14 @@ from memq.clock import normalize_rfc3339
 from memq.errors import MemqError, ValidationError
 from memq.printable import shown
 from memq.problems import to_error
+from memq.producers.changes import ChangesPage
 from memq.producers.context import ContextItem
 from memq.producers.documents import FoundDocument
 from memq.producers.keys import DelegatedToken
 from memq.producers.macros import MAX_ID
 from memq.producers.operations import OPERATIONS, Kind, Operation
 from memq.producers.surface import Surface
+from memq.store.read.changes import Change
 from memq.store.read.documents import Document
 from memq.store.read.keys import ApiKey
 
@@ -214,9 +216,14 @@ def _tuple(value: Any) -> Any:
     return None if value is None else tuple(value)
 
 
+def changes_page(data: Mapping[str, Any]) -> ChangesPage:
+    return ChangesPage([build(Change, c) for c in data["changes"]], data["position"],
+                       data["newest"])
+
+
 _SPECIAL: dict[Any, Callable[[Any], Any]] = {
     ContextItem: context_item, Document: document, FoundDocument: found_document,
-    ApiKey: api_key,
+    ApiKey: api_key, ChangesPage: changes_page,
 }
 
 

@@ -4,16 +4,18 @@ while the two differ)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from memq.producers.changes import ChangesPage
 from memq.producers.context import ContextItem
 from memq.producers.documents import FoundDocument
 from memq.producers.keys import NewKey
 from memq.producers.macros import MacroSuggestion
 from memq.producers.mixin import check_flag
 from memq.producers.prefixes import AllowedPrefix
+from memq.store.read.changes import Change
 from memq.store.read.documents import Document
 from memq.store.read.facts import Fact, FactChange
 from memq.store.read.keys import ApiKey
@@ -276,6 +278,39 @@ class AsyncSurface:
     async def use_macro(self, macro_id: int) -> str:
         """Count one use of a suggested macro; returns the event id."""
         return await self._call("use_macro", locals())
+
+    # -- the change feed ----------------------------------------------------------------
+
+    async def changes_page(
+        self, after: int | None = None, *, types: list[str] | None = None,
+        user_id: str | None = None, limit: int = 100, wait: float = 0.0,
+    ) -> ChangesPage:
+        """Up to ``limit`` committed changes after position ``after`` (None: the start of
+        the feed) that the caller may read, in commit order; only ``types``' (event types
+        or patterns such as ``"fact.*"``) and ``user_id``'s when given. With nothing new,
+        waits up to ``wait`` seconds (at most 30) for a commit. A forgotten event shows
+        with ``data=None``. :class:`~memq.errors.FeedExpired` if retention has deleted
+        changes after ``after``: its ``horizon`` names where to start again."""
+        return await self._call("changes_page", locals())
+
+    async def changes(
+        self, after: int | None = None, *, types: list[str] | None = None,
+        user_id: str | None = None, follow: bool = True, wait: float = 10.0,
+    ) -> AsyncIterator[Change]:
+        """Every committed change after ``after`` the caller may read, in commit order,
+        each once: page after page of :meth:`changes_page`. With ``follow`` it waits for
+        new commits for ever (stop by leaving the loop); without, it ends once it has
+        caught up. Keep the ``position`` of the last change handled: ``changes(after=
+        position)`` goes on from there after a restart."""
+        position, wait_s = after, wait if follow else 0.0
+        while True:
+            page = await self.changes_page(
+                position, types=types, user_id=user_id, limit=500, wait=wait_s)
+            for change in page.changes:
+                yield change
+            if not follow and page.position >= page.newest:
+                return
+            position = page.position
 
     # -- API keys (the person's) -----------------------------------------------------
 

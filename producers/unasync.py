@@ -24,6 +24,10 @@ REWRITES = [
     (re.compile(r"^    def (?!_)", re.M), "    async def "),
     (re.compile(r"^    def _call\(", re.M), "    async def _call("),
     (re.compile(r"return self\._call\("), "return await self._call("),
+    # A method built on another (``changes`` on ``changes_page``): an async generator.
+    (re.compile(r"= self\.(\w+)\("), r"= await self.\1("),
+    (re.compile(r"-> Iterator\["), "-> AsyncIterator["),
+    (re.compile(r"import Iterator, "), "import AsyncIterator, "),
     (re.compile(r"\bclass Surface\b"), "class AsyncSurface"),
     (re.compile(r'__all__ = \["Surface"\]'), '__all__ = ["AsyncSurface"]'),
 ]

@@ -40,6 +40,7 @@ from memq.server.delegation import Delegations
 from memq.server.guard import Guard
 from memq.server.principals import KEY_TTL_S, KeyRing, Principals, keys_in
 from memq.server.remotes import MAX_REMOTES, MAX_WAITS, Remotes
+from memq.server import feed
 from memq.server.routes import router
 from memq.tokens import Tokens
 
@@ -73,6 +74,7 @@ def create_app(
                             Delegations(secret.encode()), require_keys=require_keys)
     api.state.principals = principals
     api.include_router(router)
+    api.include_router(feed.router)
     api.add_exception_handler(MemqError, _memq_error)
     api.add_exception_handler(RequestValidationError, _invalid_request)
     api.add_exception_handler(HTTPException, _http_error)

@@ -22,6 +22,7 @@ What a key may do (``read``, ``write``, ``forget``) is the operation's right
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -33,6 +34,7 @@ from memq.producers.operations import Operation, Right
 from memq.server import tenancy
 from memq.server.principals import Grant
 from memq.store.read.audit import key_of
+from memq.store.read.changes import Change
 from memq.store.read.sessions import Owner, SessionInfo
 
 GLOBAL_WRITES = frozenset({"set_fact", "delete_fact", "put_document", "delete_document",
@@ -178,4 +180,14 @@ FILTERS: Mapping[str, Callable[[Grant, Any], Any]] = {
     "sessions": lambda grant, found: [s for s in found if isinstance(s, SessionInfo)
                                       and granted(grant, s.user_id, s.agent_id)],
     "tasks": lambda grant, found: [],  # every user's and agent's: a limited key's none
+    "changes_page": lambda grant, page: dataclasses.replace(page, changes=[
+        c for c in page.changes if _in_grant(grant, c)]),
 }
+
+
+def _in_grant(grant: Grant, change: Change) -> bool:
+    """A change a key limited to some users sees: its users' data, and the global facts
+    and documents it may read (never a task's, an approval's or a macro's)."""
+    if change.user_id is None:
+        return change.session_id is None and change.type.startswith(("fact.", "document."))
+    return granted(grant, change.user_id, change.agent_id)

@@ -25,7 +25,9 @@ from typing import Any
 from memq import tenants
 from memq.errors import NotFound, PermissionDenied, ValidationError
 from memq.printable import shown
+from memq.producers.changes import ChangesPage
 from memq.producers.operations import Operation
+from memq.store.read.changes import Change
 from memq.store.read.scope import Owner
 
 MAPPED = ("session_id", "user_id", "agent_id")
@@ -90,6 +92,9 @@ def out_of(tenant: str, op: Operation, answer: Any) -> Any:
     """``answer`` in ``tenant``'s names: lists keep only the tenant's items."""
     if tenant != tenants.DEFAULT and op.name in NOTHING:
         return NOTHING[op.name]
+    if isinstance(answer, ChangesPage):
+        return dataclasses.replace(answer, changes=[
+            _strip(tenant, c) for c in answer.changes if _in_feed(tenant, c)])
     if tenant == tenants.DEFAULT and not isinstance(answer, list):
         return _strip(tenant, answer)
     if isinstance(answer, list):
@@ -106,6 +111,14 @@ def owner_in(tenant: str, owner: Owner | None) -> Owner | None:
                                                         and agent is None):
         return None
     return Owner(None if user == "" else user, agent)
+
+
+def _in_feed(tenant: str, change: Change) -> bool:
+    """A change names its tenant's ids; one that names none (a task's, an approval's, the
+    default tenant's global fact) is the default tenant's."""
+    if change.session_id is None and change.user_id is None:
+        return tenant == tenants.DEFAULT
+    return _belongs(tenant, change)
 
 
 def _belongs(tenant: str, item: Any) -> bool:

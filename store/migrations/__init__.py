@@ -58,4 +58,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0024_macro_content_ids", m.macro_content_ids),
     Migration("0025_api_keys", p.api_keys),
     Migration("0026_key_tenants", p.key_tenants),
+    Migration("0027_feed_horizon", p.feed_horizon),
 ]

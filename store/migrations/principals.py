@@ -41,3 +41,12 @@ def key_tenants(cur: apsw.Cursor) -> None:
     # A key reaches one tenant's ids (memq/tenants.py). The keys minted before tenants
     # were the default tenant's, the only one there was.
     cur.execute("ALTER TABLE api_keys ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
+
+
+def feed_horizon(cur: apsw.Cursor) -> None:
+    # The change feed (store/read/changes.py) is every event after a position, in order.
+    # Retention deletes the events of old forgets: a consumer behind the last one it
+    # deleted would miss them unawares. The highest position retention deleted is kept
+    # here, beside the log (a rebuild in place keeps it), so such a consumer is told.
+    cur.execute("CREATE TABLE feed_horizon (id INTEGER PRIMARY KEY CHECK (id = 1), "
+                "seq INTEGER NOT NULL)")

@@ -175,6 +175,11 @@ def _drop_forget_records(cur: apsw.Cursor, before: str, seq: int, effects: Effec
     effects.tombstoned.update(old)
     params = {"old": orjson.dumps(old).decode()}
     cur.execute(_LONE_MARKS, params)
+    # The feed's consumers behind the last of them would miss them: it says so.
+    cur.execute(f"""INSERT INTO feed_horizon (id, seq)
+        SELECT 1, max(seq) FROM events WHERE erased_by IN {_EACH} OR seq IN {_EACH}
+        HAVING max(seq) IS NOT NULL
+        ON CONFLICT (id) DO UPDATE SET seq = max(seq, excluded.seq)""", params)
     cur.execute(f"DELETE FROM events WHERE erased_by IN {_EACH} OR seq IN {_EACH}", params)
     events = cur.getconnection().changes()
     cur.execute(f"DELETE FROM erased_messages WHERE erased_by IN {_EACH}", params)

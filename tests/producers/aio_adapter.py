@@ -11,7 +11,7 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -41,11 +41,32 @@ class _Bridge:
             # wraps: inspect.signature sees the coroutine's own parameters
             return functools.wraps(value)(
                 lambda *args, **kwargs: self._call(value(*args, **kwargs)))
+        if inspect.isasyncgenfunction(value):  # `async for x in client.changes()`
+            return functools.wraps(value)(
+                lambda *args, **kwargs: self._each(value(*args, **kwargs)))
         return value
+
+    def _each(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        try:
+            while True:
+                try:
+                    yield self._call(_next(agen))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._call(_closed(agen))
 
 
 async def _awaited(value: Any) -> Any:
     return await value
+
+
+async def _next(agen: AsyncIterator[T]) -> T:
+    return await agen.__anext__()
+
+
+async def _closed(agen: Any) -> None:
+    await agen.aclose()
 
 
 class SyncOverAsync(_Bridge):

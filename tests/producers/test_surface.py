@@ -11,7 +11,7 @@ import pytest
 from memq import AsyncMemoryClient, AsyncRemoteMemoryClient, MemoryClient, RemoteMemoryClient
 from memq.errors import ValidationError
 from memq.producers import remote_calls, unasync
-from memq.producers.operations import OPERATIONS, Kind
+from memq.producers.operations import BUILT_ON, OPERATIONS, Kind
 from memq.producers.surface import Surface
 from memq.producers.surface_async import AsyncSurface
 from memq.server import bodies
@@ -35,18 +35,23 @@ def test_the_async_surface_is_the_sync_one_generated() -> None:
 
 
 def test_the_surface_is_exactly_the_table() -> None:
-    assert methods(Surface) == set(OPERATIONS) == methods(AsyncSurface)
+    assert methods(Surface) == set(OPERATIONS) | set(BUILT_ON) == methods(AsyncSurface)
     for name in OPERATIONS:
         source = inspect.getsource(getattr(Surface, name))
         assert f'return self._call("{name}", locals())' in source, name
         assert inspect.iscoroutinefunction(getattr(AsyncSurface, name)), name
+    for name, operation in BUILT_ON.items():  # no transport of its own: through the table
+        source = inspect.getsource(getattr(Surface, name))
+        assert "_call" not in source
+        assert f"self.{operation}(" in source, name
+        assert inspect.isasyncgenfunction(getattr(AsyncSurface, name)), name
 
 
 @pytest.mark.parametrize("cls", [MemoryClient, AsyncMemoryClient, RemoteMemoryClient,
                                  AsyncRemoteMemoryClient])
 def test_every_client_offers_the_table_and_its_lifecycle_alone(cls: type) -> None:
     surface = AsyncSurface if "Async" in cls.__name__ else Surface
-    assert methods(cls) - LIFECYCLE - SERVERS_OWN == set(OPERATIONS)
+    assert methods(cls) - LIFECYCLE - SERVERS_OWN == set(OPERATIONS) | set(BUILT_ON)
     assert ("delegate" in methods(cls)) == ("Remote" in cls.__name__)
     for name in OPERATIONS:
         assert getattr(cls, name) is getattr(surface, name), f"{cls.__name__}.{name}"

@@ -1,0 +1,78 @@
+"""Reading the change feed: the committed events after a position, in commit order.
+
+A change is one event of the log as a follower sees it: its position (the log's ``seq``),
+its type, whose data it touched (the session's owner, or the user the payload names) and
+its payload, which is None once a forget erased it: the feed never shows what was
+forgotten, and shows the forget itself as a change of its own.
+
+Positions only grow, and every position up to the newest is in the log but those
+retention deleted (the events of old forgets); ``feed_horizon`` keeps the highest of these,
+so a follower behind it learns that it missed some (:func:`horizon`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+import apsw
+import orjson
+
+MAX_PAGE = 1000
+"""Most events one page reads."""
+
+
+@dataclass(frozen=True)
+class Change:
+    position: int
+    """The event's place in the log: the next page starts after it."""
+    id: str
+    """The event's id (the same on every replay of the feed)."""
+    type: str
+    created_at: str
+    session_id: str | None
+    user_id: str | None
+    """Whose data it touched: the session's user, or the user its payload names."""
+    agent_id: str | None
+    data: dict[str, Any] | None
+    """The event's payload; None once it was forgotten."""
+
+
+_PAGE = """
+    SELECT e.seq, e.event_id, e.type, e.created_at, e.session_id, e.payload, e.erased_by,
+           s.user_id, s.agent_id
+    FROM events AS e LEFT JOIN sessions AS s ON s.session_id = e.session_id
+    WHERE e.seq > :after ORDER BY e.seq LIMIT :limit"""
+
+
+def page(conn: apsw.Connection, after: int, limit: int) -> tuple[list[Change], int]:
+    """Up to ``limit`` changes after ``after``, and the position the page reached (the
+    last it read, or ``after``)."""
+    found = [_change(row) for row in conn.execute(_PAGE, {"after": after, "limit": limit})]
+    return found, found[-1].position if found else after
+
+
+def _change(row: tuple[Any, ...]) -> Change:
+    seq, event_id, etype, created_at, session_id, payload, erased_by, user, agent = row
+    data = None if erased_by is not None else orjson.loads(payload)
+    if session_id is None and isinstance(data, dict):
+        user = data.get("user_id") if isinstance(data.get("user_id"), str) else None
+    return Change(int(seq), str(event_id), str(etype), str(created_at), session_id, user,
+                  agent, data)
+
+
+def newest(conn: apsw.Connection) -> int:
+    """The position of the newest committed change (0 for an empty log)."""
+    return int(conn.execute("SELECT coalesce(max(seq), 0) FROM events").get or 0)
+
+
+def horizon(conn: apsw.Connection) -> int:
+    """The highest position retention deleted: a follower must be at it or past it."""
+    found = conn.execute("SELECT seq FROM feed_horizon WHERE id = 1").fetchone()
+    return 0 if found is None else int(found[0])
+
+
+def matches(change: Change, types: tuple[str, ...] | None) -> bool:
+    """Whether a change's type is one of ``types`` (shell patterns: ``fact.*``)."""
+    return types is None or any(fnmatchcase(change.type, t) for t in types)

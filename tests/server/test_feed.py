@@ -1,0 +1,135 @@
+"""``GET /v1/changes``: the change feed as server-sent events, resumed with
+``Last-Event-ID``, cut to the caller's key, ended when the key is revoked."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import apsw
+import httpx
+import orjson
+import pytest
+
+from memq import RemoteMemoryClient
+from memq.config import Config
+from tests.producers.serving import Served
+from tests.server.conftest import key_for
+
+pytestmark = [pytest.mark.redis]
+
+
+def events(url: str, token: str, **options: Any) -> Iterator[tuple[str, str, Any]]:
+    """(id, event, data) of each event of the stream, as a browser's EventSource reads it."""
+    headers = {"Authorization": f"Bearer {token}", **options.pop("headers", {})}
+    with httpx.stream("GET", f"{url}/v1/changes", headers=headers, params=options,
+                      timeout=30) as answer:
+        assert answer.status_code == 200, answer.read()
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        fields: dict[str, str] = {}
+        for line in answer.iter_lines():
+            if line.startswith(":"):
+                continue
+            if line:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+                continue
+            if fields:
+                yield fields.get("id", ""), fields["event"], orjson.loads(fields["data"])
+                fields = {}
+
+
+def test_a_follower_resumed_with_its_last_event_id_misses_nothing(
+        admin: RemoteMemoryClient, served: Served, config: Config) -> None:
+    key = admin.create_key("follower", users=["alice"], can=["read", "write"])
+    admin.flush()
+    done = threading.Event()
+
+    def load() -> None:
+        with key_for(admin, served, users=["alice"]) as writer:
+            for i in itertools.count():
+                if done.is_set():
+                    break
+                writer.append(f"chat-{i % 2}", "user", f"turn {i}", user_id="alice")
+            writer.flush()
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    handled: list[int] = []
+    try:
+        for stop_after in (5, 2, 11, 7):
+            headers = {"Last-Event-ID": str(handled[-1])} if handled else {}
+            for position, kind, change in events(served.url, key.secret, headers=headers):
+                assert kind == change["type"] == "message.appended"
+                handled.append(int(position))
+                if len(handled) % stop_after == 0:
+                    break  # the connection drops here
+    finally:
+        done.set()
+        thread.join()
+    assert handled == sorted(set(handled))
+    with RemoteMemoryClient(served.url, token=key.secret) as same:
+        everything = [c.position for c in same.changes(follow=False)]
+    assert everything[:len(handled)] == handled
+    assert "bob" not in repr(everything)
+
+
+def test_each_key_follows_only_its_grant_and_tenant(admin: RemoteMemoryClient,
+                                                   served: Served) -> None:
+    with key_for(admin, served, tenant="acme", can=["read", "write"]) as acme:
+        acme.append("s1", "user", "acme's turn", user_id="alice")
+        acme.set_fact("house", "rule", "acme's rule")
+        acme.flush()
+    alice = admin.create_key("alice", users=["alice"])
+    acme_key = admin.create_key("acme", tenant="acme")
+    admin.flush()
+    seen = [(k, c["session_id"], c["user_id"]) for _, k, c in
+            itertools.islice(events(served.url, acme_key.secret), 2)]
+    assert seen == [("message.appended", "s1", "alice"), ("fact.set", None, None)]
+    with RemoteMemoryClient(served.url, token=alice.secret) as default_alice:
+        mine = list(default_alice.changes(follow=False))
+    assert mine == []  # bob's turn and fact, acme's alice: none of them its alice's
+    with RemoteMemoryClient(served.url, token=acme_key.secret) as whole_acme:
+        assert [c.user_id for c in whole_acme.changes(follow=False)] == ["alice", None]
+
+
+def test_a_revoked_keys_stream_ends_with_an_error_event(admin: RemoteMemoryClient,
+                                                        served: Served) -> None:
+    key = admin.create_key("short", users=["bob"])
+    admin.flush()
+    stream = events(served.url, key.secret)
+    assert next(stream)[1] == "message.appended"  # bob's turn of the fixture
+    admin.revoke_key(key.id)
+    admin.flush()
+    rest = list(stream)  # within one page's wait (10 s) at most
+    assert [kind for _, kind, _ in rest] == ["fact.set", "error"]  # bob's fact, then the end
+    assert rest[-1][2]["title"] == "AuthenticationFailed"
+
+
+@pytest.mark.parametrize(("headers", "params", "status", "title"), [
+    ({}, {"after": -1}, 422, "ValidationError"),
+    ({"Last-Event-ID": "x"}, {}, 422, "ValidationError"),
+    ({}, {"types": ""}, 422, "ValidationError"),
+    ({}, {"user_id": "somebody"}, 404, "NotFound"),
+])
+def test_a_bad_request_is_answered_before_the_stream(
+        admin: RemoteMemoryClient, served: Served, headers: dict[str, str],
+        params: dict[str, Any], status: int, title: str) -> None:
+    key = admin.create_key("k", users=["alice"])
+    admin.flush()
+    answer = httpx.get(f"{served.url}/v1/changes", params=params,
+                       headers={"Authorization": f"Bearer {key.secret}", **headers})
+    assert (answer.status_code, answer.json()["title"]) == (status, title), answer.text
+
+
+def test_no_token_no_feed_and_a_follower_behind_retention_gets_410(
+        admin: RemoteMemoryClient, served: Served, config: Config) -> None:
+    assert httpx.get(f"{served.url}/v1/changes").status_code == 401
+    conn = apsw.Connection(config.db_path)
+    conn.execute("INSERT INTO feed_horizon (id, seq) VALUES (1, 2)")
+    conn.close()
+    answer = httpx.get(f"{served.url}/v1/changes", params={"after": 1},
+                       headers={"Authorization": f"Bearer {served.token()}"})
+    assert (answer.status_code, answer.json()["horizon"]) == (410, 2), answer.text
