@@ -72,11 +72,10 @@ def _page(remote: Remote, given: dict[str, Any], wait: float) -> ChangesPage:
 def _events(request: Request, token: str, remote: Remote, given: dict[str, Any],
             page: ChangesPage) -> Iterator[bytes]:
     while True:
-        for change in page.changes:
-            yield (f"id: {change.position}\nevent: {change.type}\ndata: ".encode()
-                   + orjson.dumps(change) + b"\n\n")
-        if not page.changes:
-            yield b": waiting for a commit\n\n"
+        # One chunk a page: each chunk of a streamed answer is a hop between threads.
+        yield b"".join(f"id: {change.position}\nevent: {change.type}\ndata: ".encode()
+                       + orjson.dumps(change) + b"\n\n" for change in page.changes
+                       ) or b": waiting for a commit\n\n"
         try:
             _still_valid(request, token, remote)
             page = _page(remote, {**given, "after": page.position}, wait=WAIT_S)
