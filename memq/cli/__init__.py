@@ -27,6 +27,7 @@ from memq.cli import (
     mcp,
     metrics,
     model,
+    portable,
     prefixes,
     replication,
     serve,
@@ -42,6 +43,7 @@ from memq.errors import MemqError
 GROUPS = (
     writer, worker, admin, model, context, sessions, forget, embeddings, consolidate, tasks,
     facts, up, status, dashboard, metrics, demo, acl, prefixes, keys, replication, serve, mcp,
+    portable,
 )
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
@@ -49,7 +51,7 @@ GROUPS = (
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("start here", ("up", "status", "demo", "context", "sessions")),
     ("the person's", ("facts", "tasks", "allow", "revoke", "allowed", "forget", "rejected",
-                      "acl", "keys", "audit")),
+                      "acl", "keys", "audit", "export", "import")),
     ("operate", ("writer", "worker", "scheduler", "serve", "mcp", "dashboard", "metrics",
                  "replicate")),
     ("maintenance", ("migrate", "rebuild", "backup", "restore", "fetch-model",

@@ -37,11 +37,13 @@ class Change:
     agent_id: str | None
     data: dict[str, Any] | None
     """The event's payload; None once it was forgotten."""
+    version: int = 1
+    """The payload's schema version (``memq.events``)."""
 
 
 _PAGE = """
     SELECT e.seq, e.event_id, e.type, e.created_at, e.session_id, e.payload, e.erased_by,
-           s.user_id, s.agent_id
+           s.user_id, s.agent_id, e.version
     FROM events AS e LEFT JOIN sessions AS s ON s.session_id = e.session_id
     WHERE e.seq > :after ORDER BY e.seq LIMIT :limit"""
 
@@ -54,12 +56,12 @@ def page(conn: apsw.Connection, after: int, limit: int) -> tuple[list[Change], i
 
 
 def _change(row: tuple[Any, ...]) -> Change:
-    seq, event_id, etype, created_at, session_id, payload, erased_by, user, agent = row
+    seq, event_id, etype, created_at, session_id, payload, erased_by, user, agent, version = row
     data = None if erased_by is not None else orjson.loads(payload)
     if session_id is None and isinstance(data, dict):
         user = data.get("user_id") if isinstance(data.get("user_id"), str) else None
     return Change(int(seq), str(event_id), str(etype), str(created_at), session_id, user,
-                  agent, data)
+                  agent, data, int(version))
 
 
 def newest(conn: apsw.Connection) -> int:
