@@ -21,6 +21,7 @@ from typing import Any
 from memq.authority import Role
 from memq.errors import FeedExpired, ValidationError
 from memq.events import check_identifier
+from memq.events.fields import INT64_LIMIT
 from memq.printable import shown
 from memq.producers.mixin import ClientBase
 from memq.producers.ops import AskRole, Op, Read, Sleep
@@ -87,7 +88,7 @@ def _shown(change: Change, types: tuple[str, ...] | None, user_id: str | None,
 def _position(after: Any) -> int:
     if after is None:
         return 0
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+    if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < INT64_LIMIT:
         raise ValidationError(f"after must be a position (an integer >= 0), got "
                               f"{shown(after):.60}")
     return after
@@ -104,8 +105,9 @@ def _types(types: Any) -> tuple[str, ...] | None:
 
 
 def _bounded(what: str, value: Any, low: float, high: float) -> float:
+    # The range first: a huge int cannot even become a float.
     if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or not low <= value <= high):
+            or not low <= value <= high or not math.isfinite(value)):
         raise ValidationError(f"{what} must be a number from {low:g} to {high:g}, got "
                               f"{shown(value):.60}")
     return float(value)

@@ -302,7 +302,7 @@ class AsyncSurface:
         new commits for ever (stop by leaving the loop); without, it ends once it has
         caught up. Keep the ``position`` of the last change handled: ``changes(after=
         position)`` goes on from there after a restart."""
-        position, wait_s = after, wait if follow else 0.0
+        position, wait_s = after, wait if check_flag("follow", follow) else 0.0
         while True:
             page = await self.changes_page(
                 position, types=types, user_id=user_id, limit=500, wait=wait_s)

@@ -276,8 +276,12 @@ def test_a_huge_integer_anywhere_is_a_memq_error(idle_client: MemoryClient, meth
               for p in inspect.signature(function).parameters.values()
               if p.default is p.empty and p.name in PLAUSIBLE}
     kwargs[param] = HUGE
+    def call() -> object:
+        result = function(**kwargs)
+        return next(result) if inspect.isgenerator(result) else result  # a follower's step
+
     with pytest.raises(MemqError):
-        function(**kwargs)
+        call()
 
 
 def test_an_outbox_sender_must_be_a_client(config: Config) -> None:

@@ -11,6 +11,7 @@ from memq import AsyncRemoteMemoryClient, MemoryClient, RemoteMemoryClient
 from memq.authority import Role
 from memq.errors import NotFound, PermissionDenied, ValidationError
 from memq.producers.context import ContextItem
+from memq.producers.operations import BUILT_ON
 from tests.producers.serving import Served
 
 pytestmark = pytest.mark.redis
@@ -79,7 +80,10 @@ def test_the_remote_clients_have_the_local_clients_methods_and_arguments() -> No
             assert remote[name].parameters[parameter.name].default == parameter.default, name
     coroutines = {name for name, member in vars_of(AsyncRemoteMemoryClient).items()
                   if inspect.iscoroutinefunction(member)}
-    assert set(local) - LOCAL_ONLY - {"batched", "role"} <= coroutines
+    followers = {name for name, member in vars_of(AsyncRemoteMemoryClient).items()
+                 if inspect.isasyncgenfunction(member)}
+    assert followers == set(BUILT_ON)
+    assert set(local) - LOCAL_ONLY - {"batched", "role"} - followers <= coroutines
 
 
 def test_the_async_client_reads_what_the_sync_one_reads(served: Served) -> None:
