@@ -14,9 +14,11 @@ person's right); a value set with ``force=True`` is the person's, stored with
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from memq import tenants
+from memq.clock import normalize_rfc3339
 from memq.errors import ValidationError
 from memq.events import Event, EventType, check_identifier
 from memq.producers.mixin import ClientBase, check_flag
@@ -30,6 +32,7 @@ class FactsOps(ClientBase):
     def _set_fact_op(
         self, category: str, key: str, value: str, source: str = "agent", *,
         force: bool = False, user_id: str | None = None,
+        valid_from: datetime | str | None = None,
     ) -> Op[str]:
         payload: dict[str, Any] = {
             "category": _name("category", category),
@@ -38,26 +41,33 @@ class FactsOps(ClientBase):
             # Only the person may force; a forced value is theirs, and stays protected.
             "source": "user" if force is True else source,
         }
+        _when(payload, "valid_from", valid_from)
         return (yield from self._send_op(EventType.FACT_SET,
                                          _guarded(payload, force, user_id)))
 
     def _delete_fact_op(
         self, category: str, key: str, source: str = "agent", *, force: bool = False,
-        user_id: str | None = None,
+        user_id: str | None = None, valid_to: datetime | str | None = None,
     ) -> Op[str]:
         payload: dict[str, Any] = {
             "category": _name("category", category),
             "key": _name("key", key),
             "source": source,
         }
+        _when(payload, "valid_to", valid_to)
         return (yield from self._send_op(EventType.FACT_DELETED,
                                          _guarded(payload, force, user_id)))
 
-    def _facts_op(self, category: str | None, user_id: str | None) -> Op[list[Fact]]:
+    def _facts_op(self, category: str | None, user_id: str | None,
+                  as_of: datetime | str | None) -> Op[list[Fact]]:
         if category is not None:
             _name("category", category)
         if user_id is not None:
             _name("user_id", user_id)
+        if as_of is not None:
+            when = normalize_rfc3339(as_of, what="as_of")
+            found: list[Fact] = yield Read(list_facts, (category, user_id, when))
+            return found
         pending = yield from self._live_op(FACT_EVENTS)
         committed = yield Read(list_facts, (category, user_id))
         return with_pending_facts(committed, pending, category, user_id)
@@ -103,6 +113,11 @@ def with_pending_facts(
             value=p["value"], source=p["source"], updated_at=event.created_at,
             created_at=event.created_at if old is None else old.created_at, user_id=owner)
     return sorted(current.values(), key=lambda f: (f.category, f.key, f.user_id or ""))
+
+
+def _when(payload: dict[str, Any], name: str, value: datetime | str | None) -> None:
+    if value is not None:
+        payload[name] = normalize_rfc3339(value, what=name)
 
 
 def _guarded(payload: dict[str, Any], force: bool, user_id: str | None) -> dict[str, Any]:

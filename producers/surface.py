@@ -148,28 +148,35 @@ class Surface:
     def set_fact(
         self, category: str, key: str, value: str, source: str = "agent", *,
         force: bool = False, user_id: str | None = None,
+        valid_from: datetime | str | None = None,
     ) -> str:
         """Set a fact (upsert), ``user_id``'s or global; returns the event id. A value
-        the person set (``source="user"``) changes only with ``force=True``."""
+        the person set (``source="user"``) changes only with ``force=True``. The value is
+        true from ``valid_from`` (default: now); the one it replaces stops being true
+        then, and stays in :meth:`fact_history` and :meth:`facts` ``as_of``."""
         return self._call("set_fact", locals())
 
     def delete_fact(
         self, category: str, key: str, source: str = "agent", *, force: bool = False,
-        user_id: str | None = None,
+        user_id: str | None = None, valid_to: datetime | str | None = None,
     ) -> str:
-        """Remove a fact's current value (its history stays); returns the event id."""
+        """End a fact's current value, true until ``valid_to`` (default: now); its
+        history stays. Returns the event id."""
         return self._call("delete_fact", locals())
 
-    def facts(self, category: str | None = None, *, user_id: str | None = None) -> list[Fact]:
+    def facts(self, category: str | None = None, *, user_id: str | None = None,
+              as_of: datetime | str | None = None) -> list[Fact]:
         """The global facts, and ``user_id``'s when given, by category then key; only
-        ``category``'s when given."""
+        ``category``'s when given. With ``as_of``: the values that were true then (as
+        committed; this client's own unsent changes are not guessed into the past)."""
         return self._call("facts", locals())
 
     def fact_history(
         self, category: str, key: str, *, user_id: str | None = None
     ) -> list[FactChange]:
         """Every committed change of one fact (global, or ``user_id``'s), oldest first, with
-        who made it and when."""
+        who made it, when memq learned it (``created_at``) and when each value was true
+        in the world (``valid_from`` to ``valid_to``)."""
         return self._call("fact_history", locals())
 
     # -- documents (the key-value store of agent frameworks) --------------------------

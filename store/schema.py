@@ -25,7 +25,7 @@ from memq.store.migrations import MIGRATIONS, Migration, has_table
 PROJECTION_TABLES = (
     "messages", "facts", "macros", "scheduled_tasks", "terminal_allowed_prefixes",
     "macro_next_args", "macro_last_calls",
-    "summary_sources", "sessions", "documents", "api_keys",
+    "summary_sources", "sessions", "documents", "api_keys", "fact_versions",
 )
 """Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping.
 

@@ -177,6 +177,8 @@ SCHEMAS: dict[str, Schema] = {
             "source": Field(str, choices=FACT_SOURCES),
             "force": Field(bool, required=False),
             "user_id": _opt(str, identifier=True),  # None: a global fact
+            # When the value became true in the world (absent: when it was sent).
+            "valid_from": _opt(str, timestamp=True),
         },
     ),
     EventType.FACT_DELETED: Schema(
@@ -188,6 +190,8 @@ SCHEMAS: dict[str, Schema] = {
             "source": Field(str, choices=FACT_SOURCES, required=False),
             "force": Field(bool, required=False),
             "user_id": _opt(str, identifier=True),
+            # When the value stopped being true in the world (absent: when it was sent).
+            "valid_to": _opt(str, timestamp=True),
         },
     ),
     EventType.MACRO_OBSERVED: Schema(1, {"tool": _ID, "args": Field(dict)}, needs_session=True),

@@ -59,4 +59,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0025_api_keys", p.api_keys),
     Migration("0026_key_tenants", p.key_tenants),
     Migration("0027_feed_horizon", p.feed_horizon),
+    Migration("0028_fact_versions", m.fact_versions),
 ]

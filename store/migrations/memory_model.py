@@ -119,9 +119,11 @@ def database_identity(cur: apsw.Cursor) -> None:
 def forgetting(cur: apsw.Cursor) -> None:
     # Forgetting (store/projections/forgetting.py; tombstones: 0011b). A fact's id is now
     # the position of the event that created it, so that ids do not shift when other
-    # facts are forgotten (store/projections/facts.py): the facts are relearned.
+    # facts are forgotten (store/projections/facts.py): the facts are relearned (with
+    # their versions, which the relearning keeps since 0028: made here for it).
     from memq.store.projections.facts import relearn
 
+    create_fact_versions(cur)
     relearn(cur)
     # `events_by_message` finds the embedding results of a message (they name no session).
     # `erasures` records each forget, read by other processes to drop what they cached;
@@ -326,3 +328,35 @@ def macro_content_ids(cur: apsw.Cursor) -> None:
 
     relearn(cur)
     cur.execute("UPDATE events SET version = 2 WHERE type = 'macro.used' AND version = 1")
+
+
+def fact_versions(cur: apsw.Cursor) -> None:
+    # A fact's values over time, filled from the log as a rebuild fills it.
+    from memq.store.projections import facts
+
+    create_fact_versions(cur)
+    facts.relearn(cur)
+
+
+def create_fact_versions(cur: apsw.Cursor) -> None:
+    # A fact's values over time (store/projections/fact_versions.py): each value a
+    # fact.set applied, with two clocks. valid_from / valid_to: when it was true in the
+    # world (the event says, or it is when it was sent); recorded_at / ended_at: when memq
+    # learned it began and ended. A new value ends the old one's validity instead of
+    # erasing it. IF NOT EXISTS: migration 0014 makes it first on a database that old.
+    cur.execute("""
+        CREATE TABLE IF NOT EXISTS fact_versions (
+            seq         INTEGER PRIMARY KEY,
+            user_id     TEXT,
+            category    TEXT NOT NULL,
+            key         TEXT NOT NULL,
+            value       TEXT NOT NULL,
+            source      TEXT NOT NULL,
+            valid_from  TEXT NOT NULL,
+            valid_to    TEXT,
+            recorded_at TEXT NOT NULL,
+            ended_at    TEXT
+        );
+        CREATE INDEX IF NOT EXISTS fact_versions_by_key
+            ON fact_versions(ifnull(user_id, ''), category, key, valid_from);
+    """)

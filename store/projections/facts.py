@@ -17,6 +17,7 @@ import apsw
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
 from memq.store.effects import Effects
+from memq.store.projections import fact_versions
 from memq.store.projections.base import Applier
 from memq.store.write.log import read_events
 
@@ -70,18 +71,25 @@ def current_source(
 
 def apply_set(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
-    category, key, user = _names(event)
-    set_fact_row(cur, category, key, p["value"], p["source"], force=bool(p.get("force")),
-                 at=event.created_at, user_id=user, seq=seq)
+    names = _names(event)
+    category, key, user = names
+    if set_fact_row(cur, category, key, p["value"], p["source"], force=bool(p.get("force")),
+                    at=event.created_at, user_id=user, seq=seq):
+        fact_versions.begin(cur, seq, names, p["value"], p["source"],
+                            valid_from=p.get("valid_from") or event.created_at,
+                            at=event.created_at)
 
 
 def apply_deleted(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
-    category, key, user = _names(event)
+    names = _names(event)
+    category, key, user = names
     if may_change(current_source(cur, category, key, user), p.get("source"),
                   bool(p.get("force"))):
         cur.execute(f"DELETE FROM facts WHERE {_KEY}",
                     {"user": user, "category": category, "key": key})
+        fact_versions.end(cur, names, valid_to=p.get("valid_to") or event.created_at,
+                          at=event.created_at)
 
 
 def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
@@ -98,6 +106,8 @@ def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
         )
     except apsw.ConstraintError as exc:
         raise InvalidEvent(f"fact {p['fact_id']} ({category}/{key}) already exists") from exc
+    fact_versions.begin(cur, seq, (category, key, None), p["value"], p["source"],
+                        valid_from=p["updated_at"], at=event.created_at)
 
 
 def _names(event: Event) -> tuple[str, str, str | None]:
@@ -122,6 +132,7 @@ def relearn(cur: apsw.Cursor) -> int:
     """Rebuild this projection alone from the log (a migration whose rule the rows must
     follow); returns how many events were replayed."""
     cur.execute("DELETE FROM facts")
+    cur.execute("DELETE FROM fact_versions")
     effects = Effects()  # facts owe no follow-up
     count = 0
     for seq, event in read_events(cur.getconnection(), types=tuple(APPLIERS)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -81,6 +82,36 @@ def test_own_changes_are_read_before_the_writer_commits_them(
     committed = [(f.key, f.value, f.source) for f in client.facts()]
     assert committed == [(key, value, source) for key, value, source, _ in shown]
     assert all(f.id > 0 for f in client.facts())
+
+
+@pytest.mark.remote_too
+def test_a_fact_over_time_as_its_agent_sees_it(client: MemoryClient) -> None:
+    """A move learned late: the old value was true until the move, the new one since;
+    each client asks what was true on a day, and sees both clocks in the history."""
+    client.set_fact("home", "city", "Lisbon", user_id="alice",
+                    valid_from=datetime(2026, 1, 1, tzinfo=UTC))
+    client.set_fact("home", "city", "Porto", user_id="alice", valid_from="2026-06-01T00:00:00Z")
+    client.flush()
+    def then(day: str) -> list[str]:
+        return [f.value for f in client.facts(user_id="alice", as_of=f"{day}T12:00:00Z")]
+    assert then("2025-12-31") == []
+    assert then("2026-03-01") == ["Lisbon"]
+    assert then("2026-07-01") == ["Porto"]
+    [now] = client.facts(user_id="alice")
+    assert (now.value, now.valid_from, now.valid_to) == ("Porto", "2026-06-01T00:00:00.000000Z",
+                                                         None)
+    history = client.fact_history("home", "city", user_id="alice")
+    assert [(c.value, c.valid_from, c.valid_to) for c in history] == [
+        ("Lisbon", "2026-01-01T00:00:00.000000Z", "2026-06-01T00:00:00.000000Z"),
+        ("Porto", "2026-06-01T00:00:00.000000Z", None)]
+    client.delete_fact("home", "city", user_id="alice", valid_to="2026-09-01T00:00:00Z")
+    client.flush()
+    assert then("2026-08-31") == ["Porto"]
+    assert then("2026-09-02") == []
+    with pytest.raises(ValidationError, match="as_of"):
+        client.facts(as_of="last tuesday")
+    with pytest.raises(ValidationError, match="valid_from"):
+        client.set_fact("home", "city", "Faro", valid_from="soon")
 
 
 def test_with_pending_facts_applies_in_order_under_the_guard() -> None:
