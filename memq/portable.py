@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,10 @@ VERSION = 1
 MAPPED = ("user_id", "agent_id")
 """Payload fields that are ids inside a tenant (the event's ``session_id`` is one too)."""
 MESSAGE_IDS = ("message_id", "summary_id")
+DATA_TYPES = frozenset({"message.appended", "message.embedded", "session.consolidated",
+                        "fact.set", "fact.deleted", "document.put", "document.deleted",
+                        "document.touched"})
+"""What an export holds: one user's data, nothing that grants, approves or schedules."""
 _IDS = uuid.UUID("5e1f7c0e-8a7d-4c59-9d51-6d656d712d78")
 """The namespace of the ids a load into another tenant makes (uuid5)."""
 
@@ -86,6 +90,53 @@ def read(lines: Iterable[bytes]) -> Export:
         raise ValidationError(f"line {number + 1}: the file ends before its manifest: it "
                               "was cut short (or is not a memq export)")
     return found
+
+
+def check_owned(export: Export, owner_of: Callable[[str], str | None]) -> None:
+    """ValidationError naming the line unless every event is the file's user's data: a
+    kind an export holds (:data:`DATA_TYPES`), facts and documents of that user, turns and
+    summaries of sessions that are new or already the user's (``owner_of``: a session's
+    user in the database loaded into, by its id in the file), results of the file's own
+    turns. An import sends with the person's rights: a file must not carry more."""
+    user, sessions, messages = export.user_id, set[str](), set[str]()
+    for number, event in enumerate(export.events, start=2):
+        problem = _not_owned(event, user, sessions, messages, owner_of)
+        if problem is not None:
+            raise ValidationError(f"line {number}: {problem}")
+
+
+def _not_owned(event: dict[str, Any], user: str, sessions: set[str], messages: set[str],
+               owner_of: Callable[[str], str | None]) -> str | None:
+    etype, payload, session = event["type"], event["payload"], event.get("session_id")
+    if etype not in DATA_TYPES:
+        return f"a {etype} event is not a user's data (an export holds turns, summaries, " \
+               "facts and documents)"
+    ids = [session, *(payload.get(k) for k in MAPPED)]
+    if any(isinstance(i, str) and tenants.SEPARATOR in i for i in ids):
+        return "an id holds a control character"
+    if payload.get("user_id", user) != user:
+        return f"its user is {payload.get('user_id')!r}, not the file's {user!r}"
+    if etype == "message.embedded":
+        return None if payload.get("message_id") in messages else \
+            "a vector for a turn the file does not hold"
+    if etype.startswith(("fact.", "document.")):
+        return None if payload.get("user_id") == user else "global data, no user's"
+    return _session_problem(event, user, sessions, messages, owner_of)
+
+
+def _session_problem(event: dict[str, Any], user: str, sessions: set[str],
+                     messages: set[str], owner_of: Callable[[str], str | None]) -> str | None:
+    session, payload = event.get("session_id"), event["payload"]
+    if not isinstance(session, str):
+        return "a turn or summary of no session"
+    if session not in sessions:
+        owner = owner_of(session)
+        if owner not in (None, user) or (owner is None and payload.get("user_id") != user):
+            return f"session {session!r} is not {user!r}'s (its first turn must name the " \
+                   "user, and the session must be new or already theirs)"
+        sessions.add(session)
+    messages.update(str(payload[k]) for k in MESSAGE_IDS if isinstance(payload.get(k), str))
+    return None
 
 
 def renamed(event: dict[str, Any], name: Any) -> dict[str, Any]:
@@ -153,6 +204,9 @@ def _check_manifest(number: int, manifest: Any, events: list[dict[str, Any]],
         raise ValidationError(f"line {number}: the manifest counts {manifest.get('events')}"
                               f" events, the file holds {len(events)}: lines were lost or "
                               "added")
+    if manifest.get("counts") != dict(Counter(e["type"] for e in events)):
+        raise ValidationError(f"line {number}: the manifest's counts by type do not match "
+                              "the events the file holds")
     if manifest.get("sha256") != digest:
         raise ValidationError(f"line {number}: the manifest's digest does not match the "
                               "lines before it: lines were reordered, replaced or added")

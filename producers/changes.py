@@ -33,8 +33,9 @@ MAX_WAIT_S = 30.0
 """The longest one page waits for a commit (a server holds a thread that long)."""
 POLL_S = 0.02
 """How often a waiting page looks for a new commit: about the writer's own batch pace."""
-PERSON_ONLY = ("key.",)
-"""Event types only the person's credentials see in the feed (a key's secret digest)."""
+PERSON_ONLY = ("key.", "retention.", "consolidation.")
+"""Event types only the person's credentials see in the feed: a key's secret digest, and
+the writer's own passes over every tenant's sessions."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class ChangesOps(ClientBase):
         start, patterns = _position(after), _types(types)
         if user_id is not None:
             check_identifier("user_id", user_id)
-        _bounded("limit", limit, 1, MAX_PAGE)
-        deadline = time.monotonic() + _bounded("wait", wait, 0, MAX_WAIT_S)
+        bounded("limit", limit, 1, MAX_PAGE)
+        deadline = time.monotonic() + bounded("wait", wait, 0, MAX_WAIT_S)
         role = yield AskRole("reading the change feed")
         while True:
             found, reached, newest, horizon = yield Read(_read_page, (start, limit))
@@ -104,7 +105,7 @@ def _types(types: Any) -> tuple[str, ...] | None:
     return tuple(types)
 
 
-def _bounded(what: str, value: Any, low: float, high: float) -> float:
+def bounded(what: str, value: Any, low: float, high: float) -> float:
     # The range first: a huge int cannot even become a float.
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or not low <= value <= high or not math.isfinite(value)):

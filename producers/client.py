@@ -24,6 +24,7 @@ from memq.producers.keys import KeysOps
 from memq.producers.macros import MacrosOps
 from memq.producers.mixin import SyncClientBase, settings, settings_of_role
 from memq.producers.outbox import Outbox
+from memq.producers.owners import Owners
 from memq.producers.pending import PendingWrites
 from memq.producers.prefixes import PrefixesOps
 from memq.producers.sessions import SessionsOps
@@ -86,11 +87,15 @@ class MemoryClient(
 
     # -- sending ---------------------------------------------------------------------
 
-    def with_own_outbox(self, sender: MemoryClient | None = None) -> MemoryClient:
+    def with_own_outbox(self, sender: MemoryClient | None = None, *,
+                        private: bool = False) -> MemoryClient:
         """A client that shares this one's reads (pool, caches, working memory, pending
         writes) and sends through an outbox of its own, on the same Redis credentials, or
         on ``sender``'s: its :meth:`flush` waits for what it sent and reports only its own
-        rejections.
+        rejections. ``private``: the client of another principal (an API key), with its
+        own pending writes and its own knowledge of who owns a session, so that nothing
+        another principal sent and the writer has not committed (or refused) is read
+        through it.
 
         What ``memq serve`` gives each remote client (an API key's sends on the admin's
         credentials, the only ones that may push the keys' queue). Close only the original.
@@ -99,6 +104,9 @@ class MemoryClient(
             raise ValidationError(f"sender must be a MemoryClient, got {type(sender).__name__}")
         twin = copy.copy(self)
         twin.outbox = (sender or self)._new_outbox()
+        if private:
+            twin.pending_writes = PendingWrites(twin._commit_position)
+            twin.owners = Owners(twin.sources.owner, max_sessions=self.owners.max_sessions)
         return twin
 
     def _new_outbox(self) -> Outbox:

@@ -63,7 +63,7 @@ class GrantedClient:
         with self._lock:
             found = self._for_grant.get(grant)
             if found is None:
-                client = self.base.with_own_outbox(self.keyed)
+                client = self.base.with_own_outbox(self.keyed, private=True)
                 client.outbox.acting_for = grant.mark
                 found = self._for_grant[grant] = (client, set())
             return found

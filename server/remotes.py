@@ -163,7 +163,10 @@ class Remotes:
                 # key's grant.
                 base = self.bases[principal.role]
                 sender = self.bases[Role.ADMIN] if principal.grant else base
-                client, waiter = (base.with_own_outbox(sender) for _ in range(2))
+                # A key's client is private: another key's uncommitted turns and claims
+                # are never read through it. Its waiter shares them (it waits for them).
+                client = base.with_own_outbox(sender, private=principal.grant is not None)
+                waiter = client.with_own_outbox(sender)
                 client.outbox.sender = waiter.outbox.sender = sender_of(*key)
                 if principal.grant is not None:  # the writer checks and records the key
                     client.outbox.acting_for = principal.grant.mark

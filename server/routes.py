@@ -192,7 +192,14 @@ def _has(hint: Any, *kinds: type) -> bool:
     return hint in kinds or any(_has(a, *kinds) for a in typing.get_args(hint))
 
 
+SERVED_ELSEWHERE = frozenset({"changes_page"})
+"""Rows another module of the server answers: a feed page waits for a commit without
+holding a thread (``server/feed.py``)."""
+
+
 def add(op: Operation) -> None:
+    if op.name in SERVED_ELSEWHERE:
+        return
     parameters = _path_parameters(op) + _body_parameters(op)
     router.api_route(op.path, methods=[op.method], response_model=_answer_model(op),
                      status_code=op.status, responses=PROBLEMS,

@@ -93,8 +93,8 @@ def out_of(tenant: str, op: Operation, answer: Any) -> Any:
     if tenant != tenants.DEFAULT and op.name in NOTHING:
         return NOTHING[op.name]
     if isinstance(answer, ChangesPage):
-        return dataclasses.replace(answer, changes=[
-            _strip(tenant, c) for c in answer.changes if _in_feed(tenant, c)])
+        shown = (_change_out(tenant, c) for c in answer.changes if _in_feed(tenant, c))
+        return dataclasses.replace(answer, changes=[c for c in shown if c is not None])
     if tenant == tenants.DEFAULT and not isinstance(answer, list):
         return _strip(tenant, answer)
     if isinstance(answer, list):
@@ -113,12 +113,33 @@ def owner_in(tenant: str, owner: Owner | None) -> Owner | None:
     return Owner(None if user == "" else user, agent)
 
 
+NOBODYS = ("task.", "prefix.", "macro.", "fact.", "document.")
+"""Changes that may name no session and no user: the default tenant's tasks, approvals and
+macros, and its global facts and documents. Any other change of nobody (a result for a
+message since forgotten) is shown to no key."""
+
+
 def _in_feed(tenant: str, change: Change) -> bool:
-    """A change names its tenant's ids; one that names none (a task's, an approval's, the
-    default tenant's global fact) is the default tenant's."""
+    """A change names its tenant's ids; one that names none is the default tenant's when
+    its kind is (:data:`NOBODYS`), and no key's otherwise."""
     if change.session_id is None and change.user_id is None:
-        return tenant == tenants.DEFAULT
+        return tenant == tenants.DEFAULT and change.type.startswith(NOBODYS)
     return _belongs(tenant, change)
+
+
+def _change_out(tenant: str, change: Change) -> Change | None:
+    """A change in the tenant's names, its data's ids too (an export reads them); None if
+    its data names another tenant's id (a trusted host may have written one)."""
+    stripped: Change = _strip(tenant, change)
+    data = stripped.data
+    if data is None or not any(isinstance(data.get(k), str) for k in MAPPED):
+        return stripped
+    named = {k: _name_in(tenant, v) for k, v in data.items()
+             if k in MAPPED and isinstance(v, str)}
+    if any(v is None for v in named.values()):
+        return None
+    return dataclasses.replace(stripped, data={**data, **{
+        k: None if v == "" and k == "user_id" else v for k, v in named.items()}})
 
 
 def _belongs(tenant: str, item: Any) -> bool:

@@ -94,8 +94,19 @@ def _remote(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
 
 
 def import_file(args: argparse.Namespace) -> int:
+    from memq.store.read.sessions import owner
+
     export = _read(args.file)
     tenant = _tenant(args.tenant or export.tenant)
+    if tenants.SEPARATOR in export.user_id:
+        raise ValidationError("line 1: the user's id holds a control character")
+
+    def owner_of(session: str) -> str | None:
+        found = read_database(load_config(args).db_path, lambda conn: owner(
+            conn, tenants.inside(tenant, session)))
+        stored = None if found is None else found.user_id
+        return None if stored is None else tenants.split(stored)[1]
+    portable.check_owned(export, owner_of)
     events = _events(export, tenant)
     with person(args) as client:
         for start in range(0, len(events), CHUNK):

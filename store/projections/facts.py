@@ -17,7 +17,8 @@ import apsw
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
 from memq.store.effects import Effects
-from memq.store.projections import fact_versions
+from memq.store.projections.fact_versions import begin as begin_version
+from memq.store.projections.fact_versions import end as end_version
 from memq.store.projections.base import Applier
 from memq.store.write.log import read_events
 
@@ -75,7 +76,7 @@ def apply_set(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> Non
     category, key, user = names
     if set_fact_row(cur, category, key, p["value"], p["source"], force=bool(p.get("force")),
                     at=event.created_at, user_id=user, seq=seq):
-        fact_versions.begin(cur, seq, names, p["value"], p["source"],
+        begin_version(cur, seq, names, p["value"], p["source"],
                             valid_from=p.get("valid_from") or event.created_at,
                             at=event.created_at)
 
@@ -88,7 +89,7 @@ def apply_deleted(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) ->
                   bool(p.get("force"))):
         cur.execute(f"DELETE FROM facts WHERE {_KEY}",
                     {"user": user, "category": category, "key": key})
-        fact_versions.end(cur, names, valid_to=p.get("valid_to") or event.created_at,
+        end_version(cur, names, valid_to=p.get("valid_to") or event.created_at,
                           at=event.created_at)
 
 
@@ -106,7 +107,7 @@ def apply_imported(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
         )
     except apsw.ConstraintError as exc:
         raise InvalidEvent(f"fact {p['fact_id']} ({category}/{key}) already exists") from exc
-    fact_versions.begin(cur, seq, (category, key, None), p["value"], p["source"],
+    begin_version(cur, seq, (category, key, None), p["value"], p["source"],
                         valid_from=p["updated_at"], at=event.created_at)
 
 

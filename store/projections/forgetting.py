@@ -57,7 +57,7 @@ from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
 from memq.store import lexical
 from memq.store.effects import Effects, Erasure
-from memq.store.projections import fact_versions
+from memq.store.projections.fact_versions import forget_user as forget_versions
 from memq.store.projections.base import Applier
 from memq.store.projections.macros import relearn
 from memq.store.projections.sessions import subtract
@@ -147,7 +147,7 @@ def apply_user_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effe
     doomed = _messages(cur, "user_id = ?", user)
     messages, events = _erase(cur, sessions, doomed, seq, effects, user)
     cur.execute("DELETE FROM facts WHERE user_id = ?", (user,))
-    fact_versions.forget_user(cur, user)
+    forget_versions(cur, user)
     cur.execute(_TOMBSTONE_FACTS, {"by": seq, "user": user})
     events += cur.getconnection().changes()
     cur.execute("DELETE FROM documents WHERE user_id = ?", (user,))

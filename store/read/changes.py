@@ -42,10 +42,18 @@ class Change:
 
 
 _PAGE = """
-    SELECT e.seq, e.event_id, e.type, e.created_at, e.session_id, e.payload, e.erased_by,
-           s.user_id, s.agent_id, e.version
-    FROM events AS e LEFT JOIN sessions AS s ON s.session_id = e.session_id
+    SELECT e.seq, e.event_id, e.type, e.created_at, coalesce(e.session_id, m.session_id),
+           e.payload, e.erased_by, coalesce(s.user_id, m.user_id, f.user_id),
+           coalesce(s.agent_id, m.agent_id), e.version
+    FROM events AS e
+    LEFT JOIN sessions AS s ON s.session_id = e.session_id
+    LEFT JOIN messages AS m ON e.session_id IS NULL AND e.type IN (
+            'message.embedded', 'message.embedding_failed')
+        AND m.id = json_extract(e.payload, '$.message_id')
+    LEFT JOIN erasures AS f ON f.seq = e.seq
     WHERE e.seq > :after ORDER BY e.seq LIMIT :limit"""
+"""A change's owner: its session's; an embedding result's, its message's; a forget's, the
+one its erasure recorded (the session's row went with it)."""
 
 
 def page(conn: apsw.Connection, after: int, limit: int) -> tuple[list[Change], int]:
@@ -58,7 +66,7 @@ def page(conn: apsw.Connection, after: int, limit: int) -> tuple[list[Change], i
 def _change(row: tuple[Any, ...]) -> Change:
     seq, event_id, etype, created_at, session_id, payload, erased_by, user, agent, version = row
     data = None if erased_by is not None else orjson.loads(payload)
-    if session_id is None and isinstance(data, dict):
+    if user is None and session_id is None and isinstance(data, dict):
         user = data.get("user_id") if isinstance(data.get("user_id"), str) else None
     return Change(int(seq), str(event_id), str(etype), str(created_at), session_id, user,
                   agent, data, int(version))

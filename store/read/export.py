@@ -1,9 +1,9 @@
 """Reading everything of one user for an export (``memq export``): the events, in log order.
 
-A user's data is the events of its sessions (turns, summaries), the facts and documents
-whose payload names it, and, with ``vectors``, the embeddings of its turns. Forgotten
-events (their payload erased) and the forgets themselves are left out: what was
-forgotten does not travel.
+A user's data is the turns and summaries of its sessions, the facts and documents whose
+payload names it, and, with ``vectors``, the embeddings of its turns
+(:data:`memq.portable.DATA_TYPES`). Forgotten events (their payload erased) are left out:
+what was forgotten does not travel.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from memq.events import Event
 _OWN = """
     SELECT e.event_id, e.type, e.version, e.session_id, e.created_at, e.payload
     FROM events AS e
-    WHERE e.erased_by IS NULL AND e.type NOT LIKE '%.forgotten' AND (
-        e.session_id IN (SELECT session_id FROM sessions WHERE user_id = :user)
+    WHERE e.erased_by IS NULL AND (
+        (e.type IN ('message.appended', 'session.consolidated')
+         AND e.session_id IN (SELECT session_id FROM sessions WHERE user_id = :user))
         OR (e.session_id IS NULL AND e.type IN ('fact.set', 'fact.deleted', 'document.put',
                                                  'document.deleted', 'document.touched')
             AND json_extract(e.payload, '$.user_id') = :user)

@@ -83,3 +83,50 @@ def test_ids_move_into_a_tenant_and_a_copy_gets_ids_of_its_own() -> None:
     assert copy["payload"]["message_id"] != event["payload"]["message_id"]
     assert portable.rekeyed(moved, "acme") == copy  # the same every time: loads once
     assert portable.rekeyed(moved, "globex")["id"] != copy["id"]
+
+
+def event(etype: str, payload: dict[str, object], session: str | None = None
+          ) -> dict[str, object]:
+    return {"id": "e", "type": etype, "v": 1, "session_id": session,
+            "created_at": "2026-12-05T00:00:00.000000Z", "payload": payload}
+
+
+TURN = {"message_id": "m1", "role": "user", "content": "x", "importance": 0.5}
+OWNERS = {"bobs": "bob", "alices": "alice"}
+
+
+@pytest.mark.parametrize(("hostile", "problem"), [
+    (event("key.created", {"key_id": "k"}), "a key.created event is not a user's data"),
+    (event("prefix.allowed", {"prefix": "rm"}), "is not a user's data"),
+    (event("user.forgotten", {"user_id": "bob"}), "is not a user's data"),
+    (event("fact.set", {"category": "c", "key": "k", "value": "v", "source": "user",
+                        "user_id": "bob"}), "its user is 'bob', not the file's 'alice'"),
+    (event("fact.set", {"category": "c", "key": "k", "value": "v", "source": "agent"}),
+     "global data, no user's"),
+    (event("message.appended", {**TURN, "user_id": "alice"}, "bobs"),
+     "session 'bobs' is not 'alice''s"),
+    (event("message.appended", TURN, "new"), "its first turn must name the user"),
+    (event("message.appended", {**TURN, "user_id": "alice"}, "acme\x1fs1"),
+     "an id holds a control character"),
+    (event("message.embedded", {"message_id": "elsewhere", "model": "m", "dim": 1,
+                                "vector_b64": "AAAAAA=="}),
+     "a vector for a turn the file does not hold"),
+])
+def test_an_import_holds_the_files_users_data_and_nothing_else(
+        hostile: dict[str, object], problem: str) -> None:
+    export = portable.Export("alice", "default", [hostile])
+    with pytest.raises(ValidationError, match=f"^line 2: .*{problem}"):
+        portable.check_owned(export, OWNERS.get)
+
+
+def test_the_users_own_sessions_turns_and_vectors_load() -> None:
+    export = portable.Export("alice", "default", [
+        event("message.appended", {**TURN, "user_id": "alice"}, "new"),
+        event("message.appended", {**TURN, "message_id": "m2"}, "new"),
+        event("message.appended", {**TURN, "message_id": "m3"}, "alices"),
+        event("message.embedded", {"message_id": "m2", "model": "m", "dim": 1,
+                                   "vector_b64": "AAAAAA=="}),
+        event("fact.set", {"category": "c", "key": "k", "value": "v", "source": "user",
+                           "user_id": "alice"}),
+    ])
+    portable.check_owned(export, OWNERS.get)

@@ -14,7 +14,7 @@ from memq.producers import remote_calls, unasync
 from memq.producers.operations import BUILT_ON, OPERATIONS, Kind
 from memq.producers.surface import Surface
 from memq.producers.surface_async import AsyncSurface
-from memq.server import bodies
+from memq.server import bodies, feed
 from memq.server.routes import router
 
 LIFECYCLE = {"close", "aclose", "batched", "from_env", "role", "with_own_outbox"}
@@ -66,11 +66,13 @@ def test_each_local_operation_takes_the_methods_arguments() -> None:
 
 
 def test_the_server_serves_exactly_the_table() -> None:
-    routes = {(method, route.path) for route in router.routes for method in route.methods}
+    routes = {(method, route.path) for route in [*router.routes, *feed.router.routes]
+              for method in route.methods}
     wanted = {(op.method, f"/v1{op.path}") for op in OPERATIONS.values()}
     wanted |= {("GET", f"/v1{op.query_path}") for op in OPERATIONS.values()
                if op.query_path is not None}
-    assert routes == wanted | {("GET", "/v1/whoami"), ("POST", "/v1/keys/delegate")}
+    assert routes == wanted | {("GET", "/v1/whoami"), ("POST", "/v1/keys/delegate"),
+                               ("GET", "/v1/changes")}
 
 
 def test_each_body_holds_the_arguments_a_caller_sends() -> None:

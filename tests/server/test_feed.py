@@ -3,18 +3,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import apsw
 import httpx
+import numpy as np
 import orjson
 import pytest
 
-from memq import RemoteMemoryClient
+from memq import MemoryClient, RemoteMemoryClient
 from memq.config import Config
+from tests.embedding_events import send_embeddings
 from tests.producers.serving import Served
 from tests.server.conftest import key_for
 
@@ -133,3 +137,88 @@ def test_no_token_no_feed_and_a_follower_behind_retention_gets_410(
     answer = httpx.get(f"{served.url}/v1/changes", params={"after": 1},
                        headers={"Authorization": f"Bearer {served.token()}"})
     assert (answer.status_code, answer.json()["horizon"]) == (410, 2), answer.text
+
+
+# -- found by review: what the feed showed or let a key do ----------------------------------
+
+
+def test_a_follower_of_alice_sees_her_session_forgotten(admin: RemoteMemoryClient,
+                                                        served: Served) -> None:
+    """The feed never shows what was forgotten, 'and the forget is a change of its own':
+    a follower mirroring alice's data must learn that her session went."""
+    with key_for(admin, served, users=["alice"], can=["read", "write", "forget"]) as alice:
+        alice.append("trip", "user", "alice's trip", user_id="alice")
+        alice.flush()
+        before = [c.type for c in alice.changes(follow=False)]
+        position = alice.changes_page(limit=1).newest  # the follower is up to date
+        alice.forget_session("trip")
+        alice.flush()
+        seen = [c.type for c in alice.changes(position, follow=False)]
+    by_user = [c.type for c in admin.changes(position, user_id="alice", follow=False)]
+    everything = [c.type for c in admin.changes(position, follow=False)]
+    assert before == ["message.appended"]
+    assert everything == ["session.forgotten"]
+    assert (seen, by_user) == (["session.forgotten"], ["session.forgotten"])
+
+
+def test_a_default_tenant_key_sees_nothing_of_another_tenants_in_the_feed(
+        admin: RemoteMemoryClient, served: Served, config: Config) -> None:
+    with key_for(admin, served, tenant="acme", can=["read", "write"]) as acme:
+        message = acme.append("s1", "user", "acme's secret merger", user_id="alice")
+        acme.flush()
+    with MemoryClient(config=config) as worker:  # the embed worker's result for it
+        send_embeddings(worker, [message], np.full((1, 384), 384 ** -0.5, dtype=np.float32))
+    with key_for(admin, served, can=["read"]) as default_key:  # every user of 'default'
+        leaked = [(c.type, c.data) for c in default_key.changes(follow=False)
+                  if c.data and message in str(c.data)]
+    assert leaked == [], leaked[0][0]
+
+
+def test_a_tenant_keys_feed_data_is_in_its_own_names(admin: RemoteMemoryClient,
+                                                     served: Served) -> None:
+    with key_for(admin, served, tenant="acme", users=["alice"]) as acme:
+        acme.append("s1", "user", "hello", user_id="alice", agent_id="a1")
+        acme.set_fact("diet", "likes", "figs", user_id="alice")
+        acme.flush()
+        data = [(c.user_id, c.data["user_id"]) for c in acme.changes(follow=False)]
+    assert data == [("alice", "alice"), ("alice", "alice")]
+
+
+def test_an_odd_last_event_id_is_a_422_not_a_500(admin: RemoteMemoryClient,
+                                                 served: Served) -> None:
+    key = admin.create_key("k", users=["alice"])
+    admin.flush()
+    answer = httpx.get(f"{served.url}/v1/changes",
+                       headers={"Authorization": f"Bearer {key.secret}",
+                                "Last-Event-ID": b"\xb2"})  # latin-1 '²': isdigit() is True
+    assert answer.status_code == 422, (answer.status_code, answer.text)
+
+
+def test_waiting_feed_pages_of_three_small_keys_do_not_stall_the_server(
+        admin: RemoteMemoryClient, served: Served) -> None:
+    secrets = [admin.create_key(f"k{i}", users=[f"u{i}"], can=["read"]).secret
+               for i in range(3)]
+    admin.flush()
+    newest = admin.changes_page(limit=1).newest
+
+    def hold(secret: str) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(f"{served.url}/v1/changes/page", timeout=40,
+                       headers={"Authorization": f"Bearer {secret}"},
+                       json={"after": newest, "wait": 30})
+
+    threads = [threading.Thread(target=hold, args=(s,), daemon=True)
+               for s in secrets for _ in range(16)]  # each key's own key_concurrent
+    for thread in threads:
+        thread.start()
+    time.sleep(1)  # the 48 pages are waiting (each up to 30 s)
+    # Answered while they wait (the timeout only keeps a stalled server from hanging the
+    # suite): a waiting page holds no thread of the server's pool.
+    answer = httpx.get(f"{served.url}/v1/sessions", timeout=15,
+                       headers={"Authorization": f"Bearer {served.token()}"})
+    assert answer.status_code == 200, answer.text
+    admin.append("wake", "user", "a commit: every waiting page moves past it and answers")
+    admin.flush()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads)

@@ -535,3 +535,28 @@ def test_a_delegated_token_names_few_enough_users_to_travel_with_its_events(
         assert backend.delegate(users=[f"u{i}" for i in range(32)]).token
         with pytest.raises(ValidationError, match="at most 32, got 33"):
             backend.delegate(users=[f"u{i}" for i in range(33)])
+
+
+def test_a_refused_claim_in_the_shared_owner_cache_does_not_widen_a_search(
+        admin: RemoteMemoryClient, served: Served, writer: WriterThread, config: Config,
+        role_urls: dict[Role, str], tmp_path: Path) -> None:
+    """Two servers of one deployment: mallory's first turn of 'next' goes through B, bob's
+    through A just after (before the writer commits either). The writer keeps mallory's and
+    refuses bob's, but A's owner cache, shared by every key, keeps 'next' as bob's."""
+    mallory_key = admin.create_key("m", users=["mallory"])
+    bob_key = admin.create_key("b", users=["bob"])
+    admin.flush()
+    (tmp_path / "b").mkdir()
+    with serving(config, role_urls, tmp_path / "b", key_ttl_s=0.0) as other:
+        writer.stop()  # only to order the two turns as two servers can
+        with RemoteMemoryClient(other.url, token=mallory_key.secret) as on_b:
+            on_b.append("next", "user", "mallory's first turn")
+        with RemoteMemoryClient(served.url, token=bob_key.secret) as bob:
+            bob.append("next", "user", "bob's new chat")
+            writer.start()
+            with pytest.raises(EventsRejected):
+                bob.flush()
+    with RemoteMemoryClient(served.url, token=mallory_key.secret) as mallory:
+        assert [m.content for m in mallory.history("next")] == ["mallory's first turn"]
+        found = [i.content for i in mallory.get_context("next", "secret plan", scope="user")]
+    assert "bob's secret plan" not in found, found
