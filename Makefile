@@ -104,6 +104,7 @@ bench: bootstrap-dev
 	$(BIN)/python bench/consolidate.py
 	$(BIN)/python bench/facts_macros.py
 	$(BIN)/python bench/changes.py
+	$(BIN)/python bench/webhooks.py
 	$(BIN)/python bench/terminal.py
 	$(BIN)/python bench/adapters.py
 	$(BIN)/python bench/soak.py

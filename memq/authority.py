@@ -151,6 +151,9 @@ RIGHTS: tuple[Right, ...] = (
     # API keys are minted and revoked by the person alone.
     _row(T.KEY_CREATED),
     _row(T.KEY_REVOKED),
+    # Webhooks send changes out, signed with a secret: the person registers them alone.
+    _row(T.WEBHOOK_ADDED),
+    _row(T.WEBHOOK_REMOVED),
 )
 """Per event type, its rows in order: the first row whose ``applies`` holds decides."""
 

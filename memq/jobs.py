@@ -42,7 +42,11 @@ REQUEST_PASS = "memq.workers.consolidate.request_pass"
 RUN_TASK = "memq.workers.tasks.run_task"
 """Deliver one run of a scheduled task to the agents."""
 
-JOB_FUNCTIONS: frozenset[str] = frozenset({EMBED, CONSOLIDATE, REQUEST_PASS, RUN_TASK})
+DELIVER_WEBHOOK = "memq.workers.webhooks.deliver"
+"""POST one change to one webhook; the dispatcher reads the outcome and retries."""
+
+JOB_FUNCTIONS: frozenset[str] = frozenset({EMBED, CONSOLIDATE, REQUEST_PASS, RUN_TASK,
+                                           DELIVER_WEBHOOK})
 """Dotted paths of the only functions a memq worker will run."""
 
 JOB_CLASS = "memq.jobs.JSONJob"

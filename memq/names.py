@@ -101,7 +101,13 @@ AGENT_INBOX_STREAM = "memq:agent-inbox"
 QUEUE_EMBED = "memq-embed"
 QUEUE_CONSOLIDATE = "memq-consolidate"
 QUEUE_TASKS = "memq-tasks"
-QUEUES = (QUEUE_EMBED, QUEUE_CONSOLIDATE, QUEUE_TASKS)
+QUEUE_WEBHOOKS = "memq-webhooks"
+QUEUES = (QUEUE_EMBED, QUEUE_CONSOLIDATE, QUEUE_TASKS, QUEUE_WEBHOOKS)
+
+WEBHOOK_PREFIX = "memq:webhook:"
+"""``memq:webhook:<id>``: a webhook's delivery state (a hash: the position delivered up to,
+the job in flight, attempts, when to retry); ``memq:webhook:<id>:deliveries``: the latest
+outcomes (a capped list). Written by the dispatcher alone (admin)."""
 
 TASK_JOB_PREFIX = "memq-task_"
 """rq-scheduler job ids of scheduled task runs: ``memq-task_<task id>_<unix seconds>``."""

@@ -35,7 +35,6 @@ from memq.producers.changes import ChangesOps
 from memq.producers.documents import DocumentsOps
 from memq.producers.facts import FactsOps
 from memq.producers.identity import AsyncDatabaseCheck
-from memq.producers.keys import KeysOps
 from memq.producers.macros import MacrosOps
 from memq.producers.mixin import operation, settings, settings_of_role
 from memq.producers.ops import Op, Request, drive_async
@@ -45,6 +44,7 @@ from memq.producers.prefixes import PrefixesOps
 from memq.producers.sessions import SessionsOps
 from memq.producers.surface_async import AsyncSurface
 from memq.producers.tasks import TasksOps
+from memq.producers.webhooks import WebhooksOps
 from memq.producers.turns import TurnsOps
 from memq.store.read.pool import ReadPool
 
@@ -59,7 +59,7 @@ thread sees it: ``asyncio.to_thread`` copies the context)."""
 
 
 class AsyncMemoryClient(
-    TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, KeysOps,
+    TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, WebhooksOps,
     ChangesOps,
     AsyncSurface,
 ):

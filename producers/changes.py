@@ -33,9 +33,9 @@ MAX_WAIT_S = 30.0
 """The longest one page waits for a commit (a server holds a thread that long)."""
 POLL_S = 0.02
 """How often a waiting page looks for a new commit: about the writer's own batch pace."""
-PERSON_ONLY = ("key.", "retention.", "consolidation.")
-"""Event types only the person's credentials see in the feed: a key's secret digest, and
-the writer's own passes over every tenant's sessions."""
+PERSON_ONLY = ("key.", "retention.", "consolidation.", "webhook.")
+"""Event types only the person's credentials see in the feed: a key's secret digest, a
+webhook's secret, and the writer's own passes over every tenant's sessions."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from memq.producers.changes import ChangesOps
 from memq.producers.documents import DocumentsOps
 from memq.producers.facts import FactsOps
 from memq.producers.identity import DatabaseCheck
-from memq.producers.keys import KeysOps
 from memq.producers.macros import MacrosOps
 from memq.producers.mixin import SyncClientBase, settings, settings_of_role
 from memq.producers.outbox import Outbox
@@ -30,6 +29,7 @@ from memq.producers.prefixes import PrefixesOps
 from memq.producers.sessions import SessionsOps
 from memq.producers.surface import Surface
 from memq.producers.tasks import TasksOps
+from memq.producers.webhooks import WebhooksOps
 from memq.producers.turns import DEFAULT_IMPORTANCE, TurnsOps, default_importance
 from memq.store.read.pool import ReadPool
 
@@ -37,7 +37,7 @@ __all__ = ["DEFAULT_IMPORTANCE", "MemoryClient", "default_importance"]
 
 
 class MemoryClient(
-    TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, KeysOps,
+    TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, WebhooksOps,
     ChangesOps,
     SyncClientBase, Surface,
 ):

@@ -140,6 +140,10 @@ _ROWS = [
     _write("create_key", "POST", "/keys", "key", right=A, status=201),
     _read("api_keys", "GET", "/keys", "keys", right=A),
     _write("revoke_key", "POST", "/keys/{key_id}/revoke", "key_id", right=A),
+    # webhooks (the person's)
+    _write("add_webhook", "POST", "/webhooks", "webhook", right=A, status=201),
+    _read("webhooks", "GET", "/webhooks", "webhooks", right=A),
+    _write("remove_webhook", "POST", "/webhooks/{webhook_id}/remove", "webhook_id", right=A),
 ]
 
 OPERATIONS: Mapping[str, Operation] = MappingProxyType({op.name: op for op in _ROWS})

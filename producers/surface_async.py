@@ -15,6 +15,7 @@ from memq.producers.keys import NewKey
 from memq.producers.macros import MacroSuggestion
 from memq.producers.mixin import check_flag
 from memq.producers.prefixes import AllowedPrefix
+from memq.producers.webhooks import NewWebhook
 from memq.store.read.changes import Change
 from memq.store.read.documents import Document
 from memq.store.read.facts import Fact, FactChange
@@ -22,6 +23,7 @@ from memq.store.read.keys import ApiKey
 from memq.store.read.messages import Message
 from memq.store.read.sessions import SessionInfo
 from memq.store.read.tasks import Task
+from memq.store.read.webhooks import Webhook
 
 Namespace = tuple[str, ...] | list[str]
 
@@ -342,6 +344,23 @@ class AsyncSurface:
     async def revoke_key(self, key_id: str) -> str:
         """Revoke a key: every server refuses it within a second. Admin only."""
         return await self._call("revoke_key", locals())
+
+    # -- webhooks (the person's) -------------------------------------------------------
+
+    async def add_webhook(self, url: str, *, types: Sequence[str],
+                    user_id: str | None = None) -> NewWebhook:
+        """Send ``url`` every change committed from now on whose type is one of ``types``
+        (types or patterns such as ``"fact.*"``), only ``user_id``'s when given; signed
+        with the secret in the answer, which is shown this once. Admin only."""
+        return await self._call("add_webhook", locals())
+
+    async def webhooks(self) -> list[Webhook]:
+        """Every webhook, removed ones too (never a secret). Admin only."""
+        return await self._call("webhooks", locals())
+
+    async def remove_webhook(self, webhook_id: str) -> str:
+        """Stop a webhook's deliveries. Admin only."""
+        return await self._call("remove_webhook", locals())
 
 
 __all__ = ["AsyncSurface"]

@@ -35,6 +35,7 @@ from memq.cli import (
     status,
     tasks,
     up,
+    webhooks,
     worker,
     writer,
 )
@@ -43,7 +44,7 @@ from memq.errors import MemqError
 GROUPS = (
     writer, worker, admin, model, context, sessions, forget, embeddings, consolidate, tasks,
     facts, up, status, dashboard, metrics, demo, acl, prefixes, keys, replication, serve, mcp,
-    portable,
+    portable, webhooks,
 )
 """Each module has ``register(subparsers)`` that adds its commands with a ``func``."""
 
@@ -51,7 +52,7 @@ GROUPS = (
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("start here", ("up", "status", "demo", "context", "sessions")),
     ("the person's", ("facts", "tasks", "allow", "revoke", "allowed", "forget", "rejected",
-                      "acl", "keys", "audit", "export", "import")),
+                      "acl", "keys", "audit", "export", "import", "webhooks")),
     ("operate", ("writer", "worker", "scheduler", "serve", "mcp", "dashboard", "metrics",
                  "replicate")),
     ("maintenance", ("migrate", "rebuild", "backup", "restore", "fetch-model",

@@ -1,4 +1,4 @@
-"""``memq worker embed|consolidate|tasks [--burst]``: run RQ workers for memq's queues."""
+"""``memq worker embed|consolidate|tasks|webhooks [--burst]``: run RQ workers for memq's queues."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ KINDS = {
     "embed": names.QUEUE_EMBED,
     "consolidate": names.QUEUE_CONSOLIDATE,
     "tasks": names.QUEUE_TASKS,
+    "webhooks": names.QUEUE_WEBHOOKS,
 }
 
 

@@ -18,6 +18,7 @@ from memq.approvals import normalize_prefix
 from memq.errors import ValidationError
 from memq.events.fields import check_identifier, check_proposed_fact
 from memq.schedule import validate_cron, validate_timezone
+from memq.webhooks import url_problem
 
 MAX_SUMMARY_SOURCES = 1000
 """Most messages one ``session.consolidated`` event may summarise."""
@@ -175,3 +176,22 @@ def _identifier_problem(value: Any) -> str | None:
     except ValidationError as exc:
         return str(exc).removeprefix("it ")
     return None
+
+
+def webhook_url(value: str) -> str | None:
+    return url_problem(value)
+
+
+def type_patterns(value: list[Any]) -> str | None:
+    """Event types or shell patterns (``fact.*``): 1 to 50, each 1-100 characters."""
+    if not 1 <= len(value) <= 50 or not all(
+            isinstance(t, str) and 0 < len(t) <= 100 and t.isprintable() for t in value):
+        return "must list 1 to 50 event types or patterns such as 'fact.*'"
+    return None
+
+
+WEBHOOK_SECRET = re.compile(r"whsec_[A-Za-z0-9_-]{43}")
+
+
+def webhook_secret(value: str) -> str | None:
+    return None if WEBHOOK_SECRET.fullmatch(value) else "must be a secret memq made"

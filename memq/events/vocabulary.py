@@ -45,6 +45,8 @@ class EventType(StrEnum):
     DOCUMENT_TOUCHED = "document.touched"
     KEY_CREATED = "key.created"
     KEY_REVOKED = "key.revoked"
+    WEBHOOK_ADDED = "webhook.added"
+    WEBHOOK_REMOVED = "webhook.removed"
 
 
 
@@ -298,6 +300,18 @@ SCHEMAS: dict[str, Schema] = {
         },
     ),
     EventType.KEY_REVOKED: Schema(1, {"key_id": Field(str, check=rules.key_id)}),
+    # Webhooks (memq/webhooks.py) are the person's; the secret signs each delivery.
+    EventType.WEBHOOK_ADDED: Schema(
+        1,
+        {
+            "webhook_id": Field(str, check=rules.key_id),
+            "url": Field(str, max_chars=2000, check=rules.webhook_url),
+            "types": Field(list, check=rules.type_patterns),
+            "user_id": _opt(str, identifier=True),
+            "secret": Field(str, max_chars=100, check=rules.webhook_secret),
+        },
+    ),
+    EventType.WEBHOOK_REMOVED: Schema(1, {"webhook_id": Field(str, check=rules.key_id)}),
 }
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]

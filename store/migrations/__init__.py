@@ -60,4 +60,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0026_key_tenants", p.key_tenants),
     Migration("0027_feed_horizon", p.feed_horizon),
     Migration("0028_fact_versions", m.fact_versions),
+    Migration("0029_webhooks", p.webhooks),
 ]

@@ -50,3 +50,21 @@ def feed_horizon(cur: apsw.Cursor) -> None:
     # here, beside the log (a rebuild in place keeps it), so such a consumer is told.
     cur.execute("CREATE TABLE feed_horizon (id INTEGER PRIMARY KEY CHECK (id = 1), "
                 "seq INTEGER NOT NULL)")
+
+
+def webhooks(cur: apsw.Cursor) -> None:
+    # Webhooks the person registered (store/projections/webhooks.py). `after` is the
+    # position of the event that added one: it is sent the changes committed after it.
+    # The secret is kept (each delivery is signed with it); a removed webhook keeps its
+    # row, for `memq webhooks list` and its deliveries.
+    cur.execute("""
+        CREATE TABLE webhooks (
+            id         TEXT PRIMARY KEY,
+            url        TEXT NOT NULL,
+            types      TEXT NOT NULL,
+            user_id    TEXT,
+            secret     TEXT NOT NULL,
+            after      INTEGER NOT NULL,
+            created_at TEXT NOT NULL,
+            removed_at TEXT
+        )""")

@@ -29,6 +29,7 @@ from memq.store.projections import (
     retention,
     sessions,
     tasks,
+    webhooks,
 )
 from memq.store.projections.base import Applier, BatchApplier
 from memq.store.write.log import append_event
@@ -44,6 +45,7 @@ APPLIERS: dict[str, Applier] = {
     **documents.APPLIERS,
     **retention.APPLIERS,
     **keys.APPLIERS,
+    **webhooks.APPLIERS,
 }
 
 BATCH_APPLIERS: dict[str, BatchApplier] = {

@@ -196,6 +196,11 @@ CHECKED_VALUES: dict[Callable[..., Any], st.SearchStrategy[Any]] = {
     field_rules.rights: st.lists(st.sampled_from(sorted(field_rules.RIGHTS)), min_size=1,
                                  max_size=4, unique=True),
     field_rules.tenant: st.from_regex(tenants.NAME, fullmatch=True),
+    field_rules.webhook_url: st.sampled_from(["http://127.0.0.1:9/hook",
+                                              "https://example.com/memq"]),
+    field_rules.type_patterns: st.lists(st.sampled_from(["fact.*", "message.appended"]),
+                                        min_size=1, max_size=2),
+    field_rules.webhook_secret: st.just("whsec_" + "a" * 43),
 }
 """Valid values for the fields that have a rule of their own."""
 

@@ -79,6 +79,8 @@ SPEC: list[tuple[str, str, dict[str, Any], set[Role]]] = [
     ("restart a document's time to live", T.DOCUMENT_TOUCHED, {}, {AGENT, ADMIN}),
     ("mint an API key", T.KEY_CREATED, {}, {ADMIN}),
     ("revoke an API key", T.KEY_REVOKED, {}, {ADMIN}),
+    ("add a webhook", T.WEBHOOK_ADDED, {}, {ADMIN}),
+    ("remove a webhook", T.WEBHOOK_REMOVED, {}, {ADMIN}),
 ]
 
 
@@ -116,6 +118,9 @@ def base_payload(etype: str) -> dict[str, Any]:
         T.KEY_CREATED: {"key_id": "0123456789abcdef", "name": "k", "secret_sha256": "0" * 64,
                         "users": ["u1"], "rights": ["read"]},
         T.KEY_REVOKED: {"key_id": "0123456789abcdef"},
+        T.WEBHOOK_ADDED: {"webhook_id": "0123456789abcdef", "url": "https://example.com/h",
+                          "types": ["fact.*"], "secret": "whsec_" + "a" * 43},
+        T.WEBHOOK_REMOVED: {"webhook_id": "0123456789abcdef"},
     }.get(etype, {})  # the legacy imports: the table looks at none of their fields
 
 
@@ -229,7 +234,8 @@ def payloads(draw: st.DrawFn) -> tuple[str, dict[str, Any], dict[str, Any]]:
 
 ADMIN_ONLY_TYPES = {T.MESSAGE_IMPORTED, T.FACT_IMPORTED, T.MACRO_IMPORTED, T.TASK_IMPORTED,
                     T.USER_FORGOTTEN, T.PREFIX_ALLOWED, T.PREFIX_REVOKED,
-                    T.RETENTION_APPLIED, T.KEY_CREATED, T.KEY_REVOKED}
+                    T.RETENTION_APPLIED, T.KEY_CREATED, T.KEY_REVOKED, T.WEBHOOK_ADDED,
+                    T.WEBHOOK_REMOVED}
 WORKER_RESULTS = {T.MESSAGE_EMBEDDED, T.MESSAGE_EMBEDDING_FAILED, T.SESSION_CONSOLIDATED,
                   T.TASK_FIRED, T.CONSOLIDATION_REQUESTED}
 AGENT_ACTIONS = {T.MESSAGE_APPENDED, T.SESSION_FORGOTTEN, T.MESSAGE_FORGOTTEN,

@@ -213,14 +213,15 @@ def test_up_round_trip_to_get_context(tmp_path: Path, ops_config: Path) -> None:
 def test_missing_commands_are_skipped_with_a_warning() -> None:
     chosen, warnings = selected(Namespace(dashboard=False, metrics=False),
                                 {"writer", "worker"})
-    assert [p.name for p in chosen] == ["writer", "embed", "consolidate", "tasks"]
-    assert warnings == ["skipping scheduler: this build has no `memq scheduler` command yet"]
+    assert [p.name for p in chosen] == ["writer", "embed", "consolidate", "tasks", "deliver"]
+    assert warnings == ["skipping scheduler: this build has no `memq scheduler` command yet",
+                        "skipping webhooks: this build has no `memq webhooks` command yet"]
 
 
 def test_extras_start_only_when_asked() -> None:
     everything = command_names() | {"scheduler"}
     chosen, _ = selected(Namespace(dashboard=True, metrics=False), everything)
-    assert [p.name for p in chosen][-2:] == ["scheduler", "dashboard"]
+    assert [p.name for p in chosen][-3:] == ["scheduler", "webhooks", "dashboard"]
 
 
 def test_procfile_lists_the_same_processes() -> None:

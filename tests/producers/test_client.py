@@ -244,7 +244,8 @@ PLAUSIBLE = {"session_id": "s1", "role": "user", "content": "x", "query": "q",
              "category": "user", "key": "k", "value": "v", "user_id": "u1", "command": "ls",
              "prefix": "git status", "schedule": "every day at 9:00", "prompt": "p",
              "task_id": "t", "name": "t", "event_id": "e", "tool": "edit_file", "args": {},
-             "namespace": ["docs"], "message_id": "m1"}
+             "namespace": ["docs"], "message_id": "m1", "url": "https://example.com/h",
+             "types": ["fact.*"], "webhook_id": "0123456789abcdef"}
 NOT_CALLED = {"close", "flush", "batched", "wait_forgotten",
               "with_own_outbox"}  # the local client's alone: its own test below
 
