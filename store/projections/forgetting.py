@@ -372,6 +372,8 @@ ERASURE: dict[str, str] = {
     T.USER_FORGOTTEN: "none: as session.forgotten",
     T.KEY_CREATED: "none: the person's grant, naming users and no content of theirs",
     T.KEY_REVOKED: "none: as key.created",
+    T.WEBHOOK_ADDED: "none: the person's, naming at most a user and no content of theirs",
+    T.WEBHOOK_REMOVED: "none: as webhook.added",
 }
 """How a forget reaches each event type's payload; a test checks every type has a line and
 that the statements above name exactly the types marked by message and by user."""

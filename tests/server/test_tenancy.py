@@ -161,7 +161,10 @@ def test_the_writer_keeps_a_keys_events_inside_its_tenant(
 GLOBEX = {"session_id": "s1", "user_id": "alice", "agent_id": "a1", "category": "diet",
           "key": "likes", "namespace": ["notes"], "prefix": ["notes"]}
 """Where an argument of this name can point at globex's data (the same names as acme's)."""
-GLOBEX_CONTENT = ("globex",)
+GLOBEX_CONTENT = ("globex plans", "globex has no user", "globex figs", "globex global",
+                  "globex note", "globex\\x1fs1", "globex\\x1falice")
+"""What globex wrote, and its stored ids as a repr shows them (a caller's own data may hold
+the word "globex": a name it was drawn)."""
 
 
 def globex_rows(db_path: str) -> list[object]:
