@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 
+from memq.errors import ValidationError
+
 DEFAULT = "default"
 """The tenant of every id without a separator: a deployment's only one until it makes more."""
 
@@ -31,11 +33,11 @@ NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}", re.ASCII)
 _INTERNAL = re.compile(rf"({NAME.pattern}){SEPARATOR}(.*)", re.ASCII | re.DOTALL)
 
 
-def check_name(tenant: str) -> str:
-    """``tenant`` if it is a tenant's name; ValueError naming the rule otherwise."""
+def check_name(tenant: str, what: str = "tenant") -> str:
+    """``tenant`` if it is a tenant's name; ValidationError naming ``what`` and the rule."""
     if not isinstance(tenant, str) or NAME.fullmatch(tenant) is None:
-        raise ValueError(f"a tenant is 1 to 40 of a-z, 0-9, '_' and '-', starting with a "
-                         f"letter or digit; got {tenant!r:.60}")
+        raise ValidationError(f"{what}: a tenant is 1 to 40 of a-z, 0-9, '_' and '-', "
+                              f"starting with a letter or digit; got {tenant!r:.60}")
     return tenant
 
 

@@ -68,7 +68,7 @@ class KeysOps(ClientBase):
             "expires_at": None if expires_at is None
             else normalize_rfc3339(expires_at, what="expires_at"),
             "units_per_s": units_per_s, "concurrent": concurrent,
-            "tenant": _tenant(tenant),
+            "tenant": tenants.check_name(tenant),
         }
         yield from self._send_op(EventType.KEY_CREATED, payload)
         return NewKey(key_id, token)
@@ -88,13 +88,6 @@ class KeysOps(ClientBase):
     def _person_op(self, action: str) -> Op[None]:
         if (yield AskRole(action)) is not Role.ADMIN:
             raise PermissionDenied(f"{action} is the person's: admin credentials only")
-
-
-def _tenant(tenant: str) -> str:
-    try:
-        return tenants.check_name(tenant)
-    except ValueError as exc:
-        raise ValidationError(f"tenant: {exc}") from None
 
 
 def _rights(can: Sequence[str]) -> list[str]:

@@ -52,7 +52,7 @@ class SessionsOps(ClientBase):
                 f"limit must be an integer from 1 to {MAX_SESSIONS_PAGE}, got {shown(limit)}")
         bound = None if before is None else normalize_rfc3339(before, what="before")
         if tenant is not None:
-            _tenant_name(tenant)
+            tenants.check_name(tenant)
         found: list[SessionInfo] = yield Read(_list_sessions,
                                               (user_id, agent_id, limit, bound, tenant))
         return found
@@ -111,9 +111,3 @@ def _list_sessions(conn: Reader, user_id: str | None, agent_id: str | None, limi
     return stored.list_sessions(conn, user_id=user_id, agent_id=agent_id, limit=limit,
                                 before=before, tenant=tenant)
 
-
-def _tenant_name(tenant: str) -> None:
-    try:
-        tenants.check_name(tenant)
-    except ValueError as exc:
-        raise ValidationError(f"tenant: {exc}") from None

@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
 
 
 def export_user(args: argparse.Namespace) -> int:
-    tenant = _tenant(args.tenant)
+    tenant = tenants.check_name(args.tenant, "--tenant")
     # Read whole before the first line is written: a refusal leaves no partial file.
     events = list(_remote(args)) if args.server else _local(args, tenant)
     from memq.clock import now_rfc3339
@@ -97,7 +97,7 @@ def import_file(args: argparse.Namespace) -> int:
     from memq.store.read.sessions import owner
 
     export = _read(args.file)
-    tenant = _tenant(args.tenant or export.tenant)
+    tenant = tenants.check_name(args.tenant or export.tenant, "--tenant")
     if tenants.SEPARATOR in export.user_id:
         raise ValidationError("line 1: the user's id holds a control character")
 
@@ -144,9 +144,3 @@ def _events(export: portable.Export, tenant: str) -> list[Any]:
             raise ValidationError(f"line {number}: {exc}") from None
     return found
 
-
-def _tenant(name: str) -> str:
-    try:
-        return tenants.check_name(name)
-    except ValueError as exc:
-        raise ValidationError(f"--tenant: {exc}") from None

@@ -14,7 +14,6 @@ from memq.cli.common import (
     print_json,
     read_database,
 )
-from memq.errors import ValidationError
 from memq.printable import printable
 
 if TYPE_CHECKING:
@@ -42,7 +41,7 @@ def list_sessions(args: argparse.Namespace) -> int:
     from memq.events import check_identifier
     from memq.store.read import sessions as session_reads
 
-    tenant = _tenant(args.tenant)
+    tenant = None if args.tenant is None else tenants.check_name(args.tenant, "--tenant")
     named: dict[str, str | None] = {}
     for what, value in (("--user", args.user), ("--agent", args.agent)):
         if value is not None:
@@ -66,15 +65,6 @@ def list_sessions(args: argparse.Namespace) -> int:
     if not found:
         print("no sessions")
     return 0
-
-
-def _tenant(name: str | None) -> str | None:
-    if name is None:
-        return None
-    try:
-        return tenants.check_name(name)
-    except ValueError as exc:
-        raise ValidationError(f"--tenant: {exc}") from None
 
 
 def _in_tenant(info: SessionInfo) -> SessionInfo:

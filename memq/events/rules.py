@@ -108,7 +108,7 @@ def granted_ids(value: list[Any]) -> str | None:
 def tenant(value: str) -> str | None:
     try:
         tenants.check_name(value)
-    except ValueError as exc:
+    except ValidationError as exc:
         return f"is not a tenant's name: {exc}"
     return None
 
