@@ -83,13 +83,15 @@ _TOMBSTONE_RESULTS = f"""
 _TOMBSTONE_FACTS = f"""
     UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
     WHERE json_extract(payload, '$.user_id') = :user
-      AND type IN ('fact.set', 'fact.deleted') AND erased_by IS NULL"""
+      AND type IN ('fact.set', 'fact.deleted') AND erased_by IS NULL AND seq < :by"""
 # ... and of the index events_document_key (its first expression).
 _TOMBSTONE_DOCUMENTS = f"""
     UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
     WHERE json_extract(payload, '$.user_id') = :user
       AND type IN ('document.put', 'document.deleted', 'document.touched')
-      AND erased_by IS NULL"""
+      AND erased_by IS NULL AND seq < :by"""
+# Both: only the events logged before the forget. A fact or document set after it (later
+# in the same batch, or in a later one) is the user's new data, and stays.
 # By session and type first (events_by_session), then each summary event's sources. Only
 # those logged before: a later one in the same batch is still to be applied (a summary of
 # the freed sources is new, one of the message a late result, tombstoned on arrival).

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memq.events import EventType
+from memq.events import Event, EventType
+from memq.store import schema
 from memq.store.read.facts import fact_history, list_facts
 from tests.store.eventlog import EventLog, at, event
 
@@ -153,3 +154,136 @@ def _expected(model: list[tuple[int, int, str | None]], minute: int) -> list[str
         spans.append((start, end, value))
     live = [v for s, e, v in spans if s <= minute and (e is None or e > minute)]
     return live[-1:]
+
+
+# -- generated, and what a review found: a forget erases only what came before it ----
+
+USERS = [None, "alice", "bob"]
+OP = st.tuples(
+    st.sampled_from(["set", "set", "delete", "forget", "import"]),
+    st.sampled_from(USERS), st.sampled_from(["agent", "user", None]), st.booleans(),
+    st.one_of(st.none(), st.integers(0, 60)), st.sampled_from(["city", "diet"]))
+
+
+Op = tuple[str, str | None, str | None, bool, int | None, str]
+"""(kind, user, source, force, minute in the world, key)."""
+
+
+def make(i: int, op: Op) -> Event:
+    kind, user, source, force, world, key = op
+    created = at(100 + i)
+    if kind == "forget":
+        return event(EventType.USER_FORGOTTEN, {"user_id": user or "alice"}, created_at=created)
+    if kind == "import":
+        return event(EventType.FACT_IMPORTED, {
+            "fact_id": 10_000 + i, "category": "home", "key": f"legacy{i}", "value": f"l{i}",
+            "source": source or "agent", "created_at": at(i), "updated_at": at(world or i)},
+            created_at=created)
+    p: dict[str, object] = {"category": "home", "key": key}
+    if user is not None:
+        p["user_id"] = user
+    if force:
+        p["force"] = True
+    if kind == "set":
+        p.update(value=f"v{i}", source=source or "agent")
+        if world is not None:
+            p["valid_from"] = at(world)
+        return event(EventType.FACT_SET, p, created_at=created)
+    if source is not None:
+        p["source"] = source
+    if world is not None:
+        p["valid_to"] = at(world)
+    return event(EventType.FACT_DELETED, p, created_at=created)
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(OP, min_size=1, max_size=12), one_batch=st.booleans())
+def test_random_fact_sequences_rebuild_equal_and_stay_consistent(
+        tmp_path_factory: pytest.TempPathFactory, ops: list[Op], one_batch: bool) -> None:
+    log = EventLog(tmp_path_factory.mktemp("rand"))
+    try:
+        events = [make(i, op) for i, op in enumerate(ops)]
+        if one_batch:
+            log.send(*events)
+        else:
+            for e in events:
+                log.send(e)
+        log.assert_rebuild_equal()
+        reader = log.reader()
+        forgotten = {e.payload["user_id"] for e in events if e.type == EventType.USER_FORGOTTEN}
+        last_forget = {u: max(i for i, e in enumerate(events)
+                              if e.type == EventType.USER_FORGOTTEN and e.payload["user_id"] == u)
+                       for u in forgotten}
+        for user in USERS:
+            current = {(f.user_id, f.key): f.value for f in list_facts(reader, user_id=user)}
+            # The current value is the open version's, and the history's last applied one.
+            for minute in range(0, 200, 7):
+                for f in list_facts(reader, user_id=user, as_of=at(minute)):
+                    assert f.user_id in (None, user), (ops, f)
+                    if f.user_id in last_forget:  # nothing from before the forget survives
+                        seq_of_forget = log.rows(
+                            "SELECT max(seq) FROM events WHERE type='user.forgotten' "
+                            "AND json_extract(payload,'$.user_id')=?", f.user_id)[0][0]
+                        assert f.id > seq_of_forget, (ops, f)
+            open_versions = {(u, k): v for u, k, v in log.rows(
+                "SELECT user_id, key, value FROM fact_versions WHERE valid_to IS NULL "
+                "AND ifnull(user_id,'') IN ('', ifnull(?, ''))", user)}
+            assert open_versions == current, ops
+            for key in ("city", "diet"):
+                hist = fact_history(reader, "home", key, user)
+                applied = [c for c in hist if c.applied]
+                open_hist = [c for c in applied if c.valid_to is None and c.action != "deleted"]
+                assert [c.value for c in open_hist] == (
+                    [current[(user, key)]] if (user, key) in current else []), (ops, hist)
+        reader.close()
+    finally:
+        log.close()
+
+
+def test_migration_0028_on_a_database_from_before(tmp_path: Path) -> None:
+    log = EventLog(tmp_path)
+    log.send(event(EventType.FACT_SET, {"category": "home", "key": "city", "value": "Lisbon",
+                                        "source": "user", "user_id": "alice"},
+                   created_at=at(1)),
+             event(EventType.FACT_SET, {"category": "home", "key": "city", "value": "Porto",
+                                        "source": "agent", "user_id": "alice",
+                                        "valid_from": at(0)}, created_at=at(2)),
+             event(EventType.FACT_SET, {"category": "home", "key": "city", "value": "Faro",
+                                        "source": "agent", "force": True,
+                                        "valid_from": "2026-03-01T11:00:00+02:00"},
+                   created_at=at(3)),
+             event(EventType.FACT_DELETED, {"category": "home", "key": "city",
+                                            "valid_to": at(30)}, created_at=at(4)))
+    before = log.rows("SELECT * FROM fact_versions ORDER BY seq")
+    log.conn.execute("DROP TABLE fact_versions; DELETE FROM schema_migrations "
+                     "WHERE name = '0028_fact_versions'")
+    schema.migrate(log.conn)
+    assert log.rows("SELECT * FROM fact_versions ORDER BY seq") == before
+    log.assert_rebuild_equal()
+    log.close()
+
+
+def _forget_then_set(log: EventLog, *, one_batch: bool) -> None:
+    forget = event(EventType.USER_FORGOTTEN, {"user_id": "alice"}, created_at=at(1))
+    later = event(EventType.FACT_SET, {"category": "home", "key": "city", "value": "Porto",
+                                       "source": "agent", "user_id": "alice"},
+                  created_at=at(2))
+    if one_batch:
+        log.send(forget, later)
+    else:
+        log.send(forget)
+        log.send(later)
+
+
+@pytest.mark.parametrize("one_batch", [True, False])
+def test_a_fact_set_after_a_forget_survives_the_log_and_a_rebuild(
+        tmp_path: Path, one_batch: bool) -> None:
+    log = EventLog(tmp_path)
+    _forget_then_set(log, one_batch=one_batch)
+    assert [f.value for f in list_facts(log.reader(), user_id="alice")] == ["Porto"]
+    log.assert_rebuild_equal()  # check, then `memq rebuild` (in place)
+    assert log.rows("SELECT type, erased_by FROM events ORDER BY seq") == [
+        ("user.forgotten", None), ("fact.set", None)]
+    assert [f.value for f in list_facts(log.reader(), user_id="alice")] == ["Porto"]
+    log.close()
