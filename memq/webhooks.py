@@ -29,7 +29,9 @@ MAX_URL_CHARS = 2000
 BACKOFF_S = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
 """Seconds before each retry of a failed delivery; after the last, it is given up."""
 TIMEOUT_S = 10.0
-"""The longest one delivery waits for its receiver."""
+"""The longest one delivery waits for its receiver, all told."""
+BUDGET_S = 30.0
+"""How long one delivery job starts POSTs for; the rest of its batch is the next job's."""
 
 
 def new_secret() -> str:
@@ -43,12 +45,16 @@ def sign(secret: str, body: bytes, at: int | None = None) -> str:
     return f"t={stamp},v1={digest.hexdigest()}"
 
 
-def verify(secret: str, body: bytes, header: str, *, now: float | None = None,
+def verify(secret: str, body: bytes, header: str | None, *, now: float | None = None,
            tolerance_s: int = TOLERANCE_S) -> bool:
-    """Whether ``header`` signs ``body`` under ``secret``, sent within ``tolerance_s``."""
+    """Whether ``header`` signs ``body`` under ``secret``, sent within ``tolerance_s``.
+    False for anything else, never an exception: a missing or forged header, and any
+    signature under an empty secret (a receiver whose secret is unset)."""
+    if not secret or not isinstance(header, str) or not header.isascii():
+        return False
     fields = dict(part.partition("=")[::2] for part in header.split(","))
     stamp, given = fields.get("t", ""), fields.get("v1", "")
-    if not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
+    if not stamp.isdigit() or len(stamp) > 12:
         return False
     if abs((time.time() if now is None else now) - int(stamp)) > tolerance_s:
         return False
@@ -60,13 +66,17 @@ def url_problem(url: str) -> str | None:
     """What keeps ``url`` from being a webhook's address, or None."""
     if not isinstance(url, str) or len(url) > MAX_URL_CHARS:
         return f"must be a URL of at most {MAX_URL_CHARS} characters"
-    parts = urlsplit(url)
+    if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+        return "must be ASCII, with no spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises for a port that is not a number in range)
+    except ValueError as exc:
+        return f"is not a URL a delivery can be sent to ({exc})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http:// or https:// URL with a host"
     if parts.username or parts.password:
         return "must not carry a user name or password (sign with the secret instead)"
-    if any(c.isspace() or ord(c) < 0x20 for c in url):
-        return "must not hold spaces or control characters"
     return None
 
 

@@ -38,6 +38,7 @@ from memq.producers.surface import Surface
 from memq.store.read.changes import Change
 from memq.store.read.documents import Document
 from memq.store.read.keys import ApiKey
+from memq.store.read.webhooks import Webhook
 
 T = TypeVar("T")
 CLIENT_ID_HEADER = "Memq-Client-Id"
@@ -216,6 +217,10 @@ def _tuple(value: Any) -> Any:
     return None if value is None else tuple(value)
 
 
+def webhook(data: Mapping[str, Any]) -> Webhook:
+    return dataclasses.replace(build(Webhook, data), types=tuple(data["types"]))
+
+
 def changes_page(data: Mapping[str, Any]) -> ChangesPage:
     return ChangesPage([build(Change, c) for c in data["changes"]], data["position"],
                        data["newest"])
@@ -223,7 +228,7 @@ def changes_page(data: Mapping[str, Any]) -> ChangesPage:
 
 _SPECIAL: dict[Any, Callable[[Any], Any]] = {
     ContextItem: context_item, Document: document, FoundDocument: found_document,
-    ApiKey: api_key, ChangesPage: changes_page,
+    ApiKey: api_key, ChangesPage: changes_page, Webhook: webhook,
 }
 
 

@@ -124,11 +124,20 @@ class Dispatcher:
         assert hook.secret is not None
         deliveries = [[f"{hook.id}:{c.position}", c.type, orjson.dumps(c).decode()]
                       for c in batch]
+        state.job = job_id
+        if self._exists(job_id):  # enqueued by a dispatcher that died before it saved
+            return
         self.queue.enqueue(jobs.DELIVER_WEBHOOK, hook.url, hook.secret, deliveries,
                            self.timeout_s, job_id=job_id,
-                           job_timeout=int(self.timeout_s * 2) + 30,
+                           job_timeout=int(webhooks.BUDGET_S + 2 * self.timeout_s) + 30,
                            result_ttl=24 * 3600, failure_ttl=24 * 3600)
-        state.job = job_id
+
+    def _exists(self, job_id: str) -> bool:
+        try:
+            jobs.fetch(job_id, self.redis)
+        except NoSuchJobError:
+            return False
+        return True
 
     def _batch(self, hook: Webhook, state: State) -> list[changes.Change]:
         """The changes to deliver next, in order: from the one being retried, or after the

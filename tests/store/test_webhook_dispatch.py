@@ -13,12 +13,12 @@ import apsw
 import orjson
 import pytest
 import redis
-from rq import SimpleWorker
 
-from memq import MemoryClient, jobs, names, webhooks
+from memq import MemoryClient, names, webhooks
 from memq.config import Config
 from memq.store.dispatch.webhooks import Dispatcher, outcomes
 from memq.testing import WriterThread
+from memq.workers.queues import worker
 
 pytestmark = pytest.mark.redis
 
@@ -75,15 +75,13 @@ def deliveries(config: Config, writer: WriterThread) -> Iterator[Callable[..., N
     conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
     connection = redis.Redis.from_url(config.redis_url)
     dispatcher = Dispatcher(conn, connection, timeout_s=1.0)
-    worker = SimpleWorker([jobs.queue(names.QUEUE_WEBHOOKS, connection)],
-                          connection=connection, serializer=jobs.SERIALIZER,
-                          job_class=jobs.JSONJob)
+    deliverer = worker([names.QUEUE_WEBHOOKS], connection)
 
     def run(until: Callable[[], bool], *, now: Callable[[], float] = time.time,
             turns: int = 200) -> None:
         for _ in range(turns):  # a bound, not a timing: each turn does a step of work
             dispatcher.tick(now())
-            worker.work(burst=True)
+            deliverer.work(burst=True, with_scheduler=False)
             dispatcher.tick(now())
             if until():
                 return
@@ -173,3 +171,22 @@ def test_a_removed_webhook_is_sent_nothing_more(
     with pytest.raises(AssertionError, match="10 turns"):
         deliveries(lambda: len(receiver.got) > 1, turns=10)
     assert [h.removed_at is not None for h in client.webhooks()] == [True]
+
+
+def test_a_slow_receiver_gets_a_long_backlog_in_jobs_of_a_bounded_time_each_once(
+        client: MemoryClient, receivers: Callable[..., Receiver],
+        deliveries: Callable[..., None], config: Config,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each POST answered 200 after 0.3 s (inside the 1 s timeout): a job stops starting
+    POSTs once its budget is spent and the next goes on; none is failed or sent again."""
+    monkeypatch.setattr(webhooks, "BUDGET_S", 0.5)
+    receiver = receivers(hang_s=0.3)
+    hook = client.add_webhook(receiver.url, types=["message.appended"])
+    client.flush()
+    for i in range(8):
+        client.append("s1", "user", f"turn {i}")
+    client.flush()
+    deliveries(lambda: len(receiver.got) >= 8)
+    seen = outcomes(redis.Redis.from_url(config.redis_url), hook.id)
+    assert len(receiver.got) == 8  # each once
+    assert [o for o in seen if not o["ok"]] == [], [(o["position"], o["error"]) for o in seen]
