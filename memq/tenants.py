@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 from memq.errors import ValidationError
+from memq.printable import shown
 
 DEFAULT = "default"
 """The tenant of every id without a separator: a deployment's only one until it makes more."""
@@ -37,7 +38,7 @@ def check_name(tenant: str, what: str = "tenant") -> str:
     """``tenant`` if it is a tenant's name; ValidationError naming ``what`` and the rule."""
     if not isinstance(tenant, str) or NAME.fullmatch(tenant) is None:
         raise ValidationError(f"{what}: a tenant is 1 to 40 of a-z, 0-9, '_' and '-', "
-                              f"starting with a letter or digit; got {tenant!r:.60}")
+                              f"starting with a letter or digit; got {shown(tenant):.60}")
     return tenant
 
 
