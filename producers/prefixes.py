@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memq import tenants
 from memq.approvals import normalize_prefix
 from memq.errors import NotFound, ValidationError
 from memq.events import EventType
@@ -32,46 +33,58 @@ class AllowedPrefix:
 class PrefixesOps(ClientBase):
     """The terminal-approval operations (``producers/ops.py``) both clients run."""
 
-    def _allow_prefix_op(self, command: str) -> Op[str]:
+    def _allow_prefix_op(self, command: str, tenant: str | None) -> Op[str]:
         prefix = normalize_prefix(command)
-        yield from self._send_op(EventType.PREFIX_ALLOWED, {"prefix": prefix})
+        yield from self._send_op(EventType.PREFIX_ALLOWED, _payload(prefix, tenant))
         return prefix
 
-    def _revoke_prefix_op(self, prefix: str) -> Op[str]:
+    def _revoke_prefix_op(self, prefix: str, tenant: str | None) -> Op[str]:
         prefix = normalize_prefix(prefix, runners_ok=True)  # one stored before RUNNERS too
-        yield from self._authorize_op(EventType.PREFIX_REVOKED, {"prefix": prefix})  # first
-        if prefix in self._config_prefixes():
+        tenant = _tenant(tenant)
+        payload = _payload(prefix, tenant)
+        yield from self._authorize_op(EventType.PREFIX_REVOKED, payload)  # first
+        if prefix in self._config_prefixes(tenant):
             raise ValidationError(
                 f"{prefix!r} is allowed by the configuration ([terminal] allowed_prefixes); "
                 "remove it there"
             )
-        if prefix not in (yield from self._effective_prefixes_op())[0]:
+        if prefix not in (yield from self._effective_prefixes_op(tenant))[0]:
             raise NotFound(f"{prefix!r} is not an allowed prefix")
-        yield from self._send_op(EventType.PREFIX_REVOKED, {"prefix": prefix})
+        yield from self._send_op(EventType.PREFIX_REVOKED, payload)
         return prefix
 
-    def _allowed_prefixes_op(self) -> Op[list[AllowedPrefix]]:
-        approved, pending = yield from self._effective_prefixes_op()
-        config = self._config_prefixes()
+    def _allowed_prefixes_op(self, tenant: str | None) -> Op[list[AllowedPrefix]]:
+        tenant = _tenant(tenant)
+        approved, pending = yield from self._effective_prefixes_op(tenant)
+        config = self._config_prefixes(tenant)
         return [_describe(p, config, pending, approved) for p in sorted(set(approved) | config)]
 
-    def _is_command_allowed_op(self, command: str, trusted: bool) -> Op[bool]:
+    def _is_command_allowed_op(self, command: str, trusted: bool, tenant: str | None
+                               ) -> Op[bool]:
+        tenant = _tenant(tenant)
         if not isinstance(command, str):
             raise ValidationError(f"command must be a string, got {type(command).__name__}")
         if check_flag("trusted", trusted):
             return True
-        approved, _ = yield from self._effective_prefixes_op()
-        return terminal.is_command_allowed(command, set(approved) | self._config_prefixes())
+        approved, _ = yield from self._effective_prefixes_op(tenant)
+        return terminal.is_command_allowed(command,
+                                           set(approved) | self._config_prefixes(tenant))
 
-    def _config_prefixes(self) -> set[str]:
+    def _config_prefixes(self, tenant: str) -> set[str]:
+        """The configuration's approvals: the deployment's own, so the default tenant's."""
+        if tenant != tenants.DEFAULT:
+            return set()
         return {normalize_prefix(p) for p in self.config.terminal.allowed_prefixes}
 
-    def _effective_prefixes_op(self) -> Op[tuple[dict[str, str | None], set[str]]]:
-        """Approvals in force (prefix -> approved at) and those still pending."""
+    def _effective_prefixes_op(self, tenant: str
+                               ) -> Op[tuple[dict[str, str | None], set[str]]]:
+        """Approvals in force in ``tenant`` (prefix -> approved at) and those pending."""
         pending = yield from self._live_op(PREFIX_EVENTS)  # before the read: see pending.py
-        approved: dict[str, str | None] = yield Read(approved_prefixes)
+        approved: dict[str, str | None] = yield Read(approved_prefixes, (tenant,))
         waiting = set()
         for event in pending:
+            if event.payload.get("tenant", tenants.DEFAULT) != tenant:
+                continue
             prefix = event.payload["prefix"]
             if event.type == EventType.PREFIX_REVOKED:
                 approved.pop(prefix, None)
@@ -80,6 +93,17 @@ class PrefixesOps(ClientBase):
                 approved[prefix] = None
                 waiting.add(prefix)
         return approved, waiting
+
+
+def _tenant(tenant: str | None) -> str:
+    return tenants.DEFAULT if tenant is None else tenants.check_name(tenant)
+
+
+def _payload(prefix: str, tenant: str | None) -> dict[str, str]:
+    """An approval's event: the default tenant's names none (as before tenants)."""
+    tenant = _tenant(tenant)
+    return {"prefix": prefix} if tenant == tenants.DEFAULT else {"prefix": prefix,
+                                                                "tenant": tenant}
 
 
 PREFIX_EVENTS = (EventType.PREFIX_ALLOWED, EventType.PREFIX_REVOKED)

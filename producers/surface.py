@@ -261,22 +261,25 @@ class Surface:
 
     # -- terminal approvals -----------------------------------------------------------
 
-    def allow_prefix(self, command: str) -> str:
-        """Approve ``command`` as an always-allowed prefix; returns its stored form."""
+    def allow_prefix(self, command: str, *, tenant: str | None = None) -> str:
+        """Approve ``command`` as an always-allowed prefix in ``tenant``; returns its stored
+        form."""
         return self._call("allow_prefix", locals())
 
-    def revoke_prefix(self, prefix: str) -> str:
-        """Withdraw an approval; returns the stored form that was revoked."""
+    def revoke_prefix(self, prefix: str, *, tenant: str | None = None) -> str:
+        """Withdraw an approval of ``tenant``; returns the stored form that was revoked."""
         return self._call("revoke_prefix", locals())
 
-    def allowed_prefixes(self) -> list[AllowedPrefix]:
-        """Every prefix in force, sorted, with where it comes from."""
+    def allowed_prefixes(self, *, tenant: str | None = None) -> list[AllowedPrefix]:
+        """Every prefix in force in ``tenant`` (None: the default tenant, or a key's own),
+        sorted, with where it comes from (the configuration's are the default tenant's)."""
         return self._call("allowed_prefixes", locals())
 
-    def is_command_allowed(self, command: str, *, trusted: bool = False) -> bool:
-        """True if ``command`` may run without asking. A trusted task's commands always
-        may: whether a command comes from one is the runner's to know, so a server is
-        never told (it answers for the approvals alone)."""
+    def is_command_allowed(self, command: str, *, trusted: bool = False,
+                           tenant: str | None = None) -> bool:
+        """True if ``command`` may run without asking in ``tenant`` (a key: its own). A
+        trusted task's commands always may: whether a command comes from one is the
+        runner's to know, so a server is never told (it answers for the approvals alone)."""
         if check_flag("trusted", trusted):
             return True
         return self._call("is_command_allowed", locals())

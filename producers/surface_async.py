@@ -250,22 +250,25 @@ class AsyncSurface:
 
     # -- terminal approvals -----------------------------------------------------------
 
-    async def allow_prefix(self, command: str) -> str:
-        """Approve ``command`` as an always-allowed prefix; returns its stored form."""
+    async def allow_prefix(self, command: str, *, tenant: str | None = None) -> str:
+        """Approve ``command`` as an always-allowed prefix in ``tenant``; returns its stored
+        form."""
         return await self._call("allow_prefix", locals())
 
-    async def revoke_prefix(self, prefix: str) -> str:
-        """Withdraw an approval; returns the stored form that was revoked."""
+    async def revoke_prefix(self, prefix: str, *, tenant: str | None = None) -> str:
+        """Withdraw an approval of ``tenant``; returns the stored form that was revoked."""
         return await self._call("revoke_prefix", locals())
 
-    async def allowed_prefixes(self) -> list[AllowedPrefix]:
-        """Every prefix in force, sorted, with where it comes from."""
+    async def allowed_prefixes(self, *, tenant: str | None = None) -> list[AllowedPrefix]:
+        """Every prefix in force in ``tenant`` (None: the default tenant, or a key's own),
+        sorted, with where it comes from (the configuration's are the default tenant's)."""
         return await self._call("allowed_prefixes", locals())
 
-    async def is_command_allowed(self, command: str, *, trusted: bool = False) -> bool:
-        """True if ``command`` may run without asking. A trusted task's commands always
-        may: whether a command comes from one is the runner's to know, so a server is
-        never told (it answers for the approvals alone)."""
+    async def is_command_allowed(self, command: str, *, trusted: bool = False,
+                           tenant: str | None = None) -> bool:
+        """True if ``command`` may run without asking in ``tenant`` (a key: its own). A
+        trusted task's commands always may: whether a command comes from one is the
+        runner's to know, so a server is never told (it answers for the approvals alone)."""
         if check_flag("trusted", trusted):
             return True
         return await self._call("is_command_allowed", locals())

@@ -9,8 +9,9 @@ key cannot name, list or search another tenant's data, whatever it sends. Three 
   the default tenant's keys included).
 - A fact or document of no user is, in a tenant, the tenant's pseudo-user's
   (:func:`memq.tenants.everyone`): a tenant's "global" data is its own.
-- Tasks, tool macros and command approvals are the default tenant's for now: another
-  tenant's key sees none, and schedules, learns or uses none (deny by default).
+- Tasks and tool macros are the default tenant's for now: another tenant's key sees none,
+  and schedules, learns or uses none (deny by default). Command approvals are each
+  tenant's own: a key checks commands against its tenant's.
 
 The grant (:mod:`memq.server.grants`) is judged in the caller's names, before mapping:
 a key's users and agents are names inside its tenant.
@@ -39,11 +40,12 @@ ALL_USERS = frozenset({"set_fact", "delete_fact", "facts", "fact_history", "put_
                        "document_namespaces"})
 """Calls where no ``user_id`` means the global data, which in a tenant is its own."""
 DEFAULT_ONLY = frozenset({"schedule_task", "pause_task", "resume_task", "delete_task",
-                          "task", "tasks", "allowed_prefixes", "is_command_allowed",
-                          "record_tool_call", "suggest_next_tools", "use_macro"})
-"""Calls on what is the default tenant's alone so far (tasks, approvals, macros)."""
-NOTHING: Mapping[str, Any] = {"tasks": [], "allowed_prefixes": [],
-                              "is_command_allowed": False, "suggest_next_tools": []}
+                          "task", "tasks", "record_tool_call", "suggest_next_tools",
+                          "use_macro"})
+"""Calls on what is the default tenant's alone so far (tasks, macros)."""
+NOTHING: Mapping[str, Any] = {"tasks": [], "suggest_next_tools": []}
+OWN_TENANT = frozenset({"sessions", "allowed_prefixes", "is_command_allowed"})
+"""Calls that take a ``tenant``: a key's is always its own (another's does not exist)."""
 """What another tenant's key reads of the default tenant's alone: nothing."""
 
 
@@ -76,7 +78,7 @@ def into(tenant: str, op: Operation, given: Mapping[str, Any]) -> dict[str, Any]
     mapped = _ids_into(tenant, mapped)
     if op.name in ALL_USERS and mapped.get("user_id") is None:
         mapped["user_id"] = tenants.everyone(tenant)
-    if op.name == "sessions":
+    if op.name in OWN_TENANT:
         if given.get("tenant") not in (None, tenant):
             raise NotFound(f"no tenant {shown(given['tenant']):.60}")
         mapped["tenant"] = tenant
@@ -113,9 +115,9 @@ def owner_in(tenant: str, owner: Owner | None) -> Owner | None:
     return Owner(None if user == "" else user, agent)
 
 
-NOBODYS = ("task.", "prefix.", "macro.", "fact.", "document.")
-"""Changes that may name no session and no user: the default tenant's tasks, approvals and
-macros, and its global facts and documents. Any other change of nobody (a result for a
+NOBODYS = ("task.", "macro.", "fact.", "document.")
+"""Changes that may name no session and no user: the default tenant's tasks and macros,
+and its global facts and documents (an approval names its tenant). Any other change of nobody (a result for a
 message since forgotten) is shown to no key."""
 
 
@@ -123,6 +125,8 @@ def _in_feed(tenant: str, change: Change) -> bool:
     """A change names its tenant's ids; one that names none is the default tenant's when
     its kind is (:data:`NOBODYS`), and no key's otherwise."""
     if change.session_id is None and change.user_id is None:
+        if change.type.startswith("prefix."):  # an approval names its tenant
+            return bool((change.data or {}).get("tenant", tenants.DEFAULT) == tenant)
         return tenant == tenants.DEFAULT and change.type.startswith(NOBODYS)
     return _belongs(tenant, change)
 

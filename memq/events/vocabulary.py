@@ -60,6 +60,9 @@ MAX_MIN_AGE_HOURS = 24.0 * 365 * 100
 """A consolidation request's age limit beyond which nothing could ever be old enough."""
 
 
+_TENANT = Field(str, required=False, max_chars=40, check=rules.tenant)
+
+
 def _opt(kind: type | tuple[type, ...], **kw: Any) -> Field:
     return Field(kind, required=False, nullable=True, **kw)
 
@@ -277,9 +280,11 @@ SCHEMAS: dict[str, Schema] = {
     EventType.DOCUMENT_DELETED: Schema(1, _DOCUMENT_NAMES),
     # A read that restarts the time to live of the documents it read.
     EventType.DOCUMENT_TOUCHED: Schema(1, _DOCUMENT_NAMES),
-    EventType.PREFIX_ALLOWED: Schema(1, {"prefix": _PREFIX}),
+    # An approval is one tenant's (memq/tenants.py; absent: 'default').
+    EventType.PREFIX_ALLOWED: Schema(1, {"prefix": _PREFIX, "tenant": _TENANT}),
     EventType.PREFIX_REVOKED: Schema(1, {"prefix": Field(str, max_chars=500,
-                                                         check=rules.revoked_prefix)}),
+                                                         check=rules.revoked_prefix),
+                                         "tenant": _TENANT}),
     # API keys (memq keys): what a bearer of the key may reach. The secret itself is never
     # logged, only its digest; users / agents absent: every user / agent.
     EventType.KEY_CREATED: Schema(
@@ -296,7 +301,7 @@ SCHEMAS: dict[str, Schema] = {
             "units_per_s": _opt(int, low=1, high=10**9),
             "concurrent": _opt(int, low=1, high=10**6),
             # The tenant whose ids it reaches (memq/tenants.py); absent: 'default'.
-            "tenant": Field(str, required=False, max_chars=40, check=rules.tenant),
+            "tenant": _TENANT,
         },
     ),
     EventType.KEY_REVOKED: Schema(1, {"key_id": Field(str, check=rules.key_id)}),

@@ -61,4 +61,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0027_feed_horizon", p.feed_horizon),
     Migration("0028_fact_versions", m.fact_versions),
     Migration("0029_webhooks", p.webhooks),
+    Migration("0030_tenant_approvals", p.tenant_approvals),
 ]

@@ -68,3 +68,20 @@ def webhooks(cur: apsw.Cursor) -> None:
             created_at TEXT NOT NULL,
             removed_at TEXT
         )""")
+
+
+def tenant_approvals(cur: apsw.Cursor) -> None:
+    # An approval is one tenant's (store/projections/prefixes.py): the same prefix may be
+    # allowed in one tenant and not another. Those before were the default tenant's.
+    cur.execute("""
+        CREATE TABLE terminal_allowed_prefixes_new (
+            tenant     TEXT NOT NULL DEFAULT 'default',
+            prefix     TEXT NOT NULL,
+            created_at TEXT,
+            PRIMARY KEY (tenant, prefix)
+        );
+        INSERT INTO terminal_allowed_prefixes_new (tenant, prefix, created_at)
+            SELECT 'default', prefix, created_at FROM terminal_allowed_prefixes;
+        DROP TABLE terminal_allowed_prefixes;
+        ALTER TABLE terminal_allowed_prefixes_new RENAME TO terminal_allowed_prefixes;
+    """)

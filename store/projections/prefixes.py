@@ -1,4 +1,5 @@
-"""The ``terminal_allowed_prefixes`` projection: the "Always allow" approvals in force.
+"""The ``terminal_allowed_prefixes`` projection: the "Always allow" approvals in force,
+each of one tenant (the default tenant's when the event names none).
 
 A prefix is stored in its normal form (:func:`memq.approvals.normalize_prefix`); an event
 carrying anything else is rejected, so an operator sees it instead of it silently
@@ -15,18 +16,24 @@ from memq.errors import InvalidEvent, ValidationError
 from memq.events import Event, EventType
 from memq.store.effects import Effects
 from memq.store.projections.base import Applier
+from memq.tenants import DEFAULT
 
 
 def apply_allowed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     cur.execute(
-        """INSERT INTO terminal_allowed_prefixes (prefix, created_at) VALUES (?, ?)
-           ON CONFLICT (prefix) DO NOTHING""",
-        (_prefix(event), event.created_at),
+        """INSERT INTO terminal_allowed_prefixes (tenant, prefix, created_at) VALUES (?, ?, ?)
+           ON CONFLICT (tenant, prefix) DO NOTHING""",
+        (_tenant(event), _prefix(event), event.created_at),
     )
 
 
 def apply_revoked(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
-    cur.execute("DELETE FROM terminal_allowed_prefixes WHERE prefix = ?", (_prefix(event),))
+    cur.execute("DELETE FROM terminal_allowed_prefixes WHERE tenant = ? AND prefix = ?",
+                (_tenant(event), _prefix(event)))
+
+
+def _tenant(event: Event) -> str:
+    return str(event.payload.get("tenant", DEFAULT))
 
 
 def _prefix(event: Event) -> str:

@@ -111,3 +111,19 @@ def test_wrappers_named_by_the_principle_cannot_be_approved(command: str) -> Non
     with pytest.raises(ValidationError, match="which can run other commands"):
         normalize_prefix(first)
     assert not is_command_allowed(command, [*PREFIXES, first])
+
+
+def test_an_approval_is_one_tenants_and_rebuilds_so(tmp_path: Path) -> None:
+    log = EventLog(tmp_path)
+    try:
+        log.send(event(EventType.PREFIX_ALLOWED, {"prefix": "git status"}),
+                 event(EventType.PREFIX_ALLOWED, {"prefix": "git status", "tenant": "acme"}),
+                 event(EventType.PREFIX_ALLOWED, {"prefix": "ls", "tenant": "acme"}))
+        log.send(event(EventType.PREFIX_REVOKED, {"prefix": "git status", "tenant": "acme"}))
+        assert log.rows("SELECT tenant, prefix FROM terminal_allowed_prefixes "
+                        "ORDER BY 1, 2") == [("acme", "ls"), ("default", "git status")]
+        log.assert_rebuild_equal()
+        log.send(event(EventType.PREFIX_ALLOWED, {"prefix": "ls", "tenant": "Not Acme"}))
+        assert "tenant" in log.rejections()[-1]
+    finally:
+        log.close()

@@ -41,6 +41,20 @@ def test_allow_revoke_and_list_prefixes(
     assert capsys.readouterr().out.startswith("git status  (approval, since 20")
 
 
+def test_a_tenants_approvals_are_its_own(
+    config: Config, writer: WriterThread, admin_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(config, "allow", "--tenant", "acme", "npm test", url=admin_url) == 0
+    assert run(config, "allowed", "--tenant", "acme", url=admin_url) == 0
+    assert "npm test  (approval" in capsys.readouterr().out
+    assert run(config, "allowed", url=admin_url) == 0
+    assert capsys.readouterr().out.endswith("no prefix is allowed\n")
+    with MemoryClient(config=config) as client:
+        assert client.is_command_allowed("npm test", tenant="acme")
+        assert not client.is_command_allowed("npm test")
+    assert run(config, "revoke", "--tenant", "acme", "npm test", url=admin_url) == 0
+
+
 @pytest.mark.parametrize("argv", [
     ("allow", "rm -rf"),
     ("revoke", "git status"),

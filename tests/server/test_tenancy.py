@@ -111,13 +111,9 @@ def test_a_key_cannot_write_a_stored_id(admin: RemoteMemoryClient, served: Serve
             key.facts(user_id=f"globex{tenants.SEPARATOR}alice")
 
 
-def test_tasks_macros_and_approvals_are_the_default_tenants_alone(
+def test_tasks_and_macros_are_the_default_tenants_alone(
         admin: RemoteMemoryClient, acme: RemoteMemoryClient) -> None:
-    admin.allow_prefix("git status")
-    admin.flush()
     assert acme.tasks() == []
-    assert acme.allowed_prefixes() == []
-    assert acme.is_command_allowed("git status") is False
     assert acme.suggest_next_tools("search") == []
     with pytest.raises(PermissionDenied, match="default tenant's"):
         acme.schedule_task("t", "in 2 hours", "p")
@@ -126,6 +122,31 @@ def test_tasks_macros_and_approvals_are_the_default_tenants_alone(
     task_id = admin.tasks()[0].id
     with pytest.raises(NotFound):
         acme.pause_task(task_id)
+
+
+def test_each_tenant_has_its_own_approvals(admin: RemoteMemoryClient, served: Served,
+                                           acme: RemoteMemoryClient) -> None:
+    """The person approves per tenant; a key checks commands against its own tenant's,
+    whatever tenant it names, and sees no other tenant's approval in the feed."""
+    admin.allow_prefix("git status")
+    admin.allow_prefix("npm test", tenant="acme")
+    admin.flush()
+    assert acme.is_command_allowed("npm test --watch") is True
+    assert acme.is_command_allowed("git status") is False
+    assert [p.prefix for p in acme.allowed_prefixes()] == ["npm test"]
+    with pytest.raises(NotFound, match="no tenant"):
+        acme.is_command_allowed("git status", tenant="default")
+    with key_for(admin, served, can=["read"]) as default:
+        assert default.is_command_allowed("git status") is True
+        assert default.is_command_allowed("npm test") is False
+        assert [c.data for c in default.changes(types=["prefix.*"], follow=False)] == [
+            {"prefix": "git status"}]
+    assert [c.data for c in acme.changes(types=["prefix.*"], follow=False)] == [
+        {"prefix": "npm test", "tenant": "acme"}]
+    assert [p.prefix for p in admin.allowed_prefixes(tenant="acme")] == ["npm test"]
+    admin.revoke_prefix("npm test", tenant="acme")
+    admin.flush()
+    assert acme.is_command_allowed("npm test") is False
 
 
 def test_the_writer_keeps_a_keys_events_inside_its_tenant(
