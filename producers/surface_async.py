@@ -350,11 +350,12 @@ class AsyncSurface:
 
     # -- webhooks (the person's) -------------------------------------------------------
 
-    async def add_webhook(self, url: str, *, types: Sequence[str],
-                    user_id: str | None = None) -> NewWebhook:
+    async def add_webhook(self, url: str, *, types: Sequence[str], user_id: str | None = None,
+                    tenant: str | None = None) -> NewWebhook:
         """Send ``url`` every change committed from now on whose type is one of ``types``
-        (types or patterns such as ``"fact.*"``), only ``user_id``'s when given; signed
-        with the secret in the answer, which is shown this once. Admin only."""
+        (types or patterns such as ``"fact.*"``); only ``tenant``'s when given, in its own
+        names (``user_id`` is one of them), and only ``user_id``'s when given; signed with
+        the secret in the answer, which is shown this once. Admin only."""
         return await self._call("add_webhook", locals())
 
     async def webhooks(self) -> list[Webhook]:

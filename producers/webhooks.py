@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memq import webhooks
+from memq import tenants, webhooks
 from memq.errors import NotFound, ValidationError
 from memq.events import EventType, check_identifier
 from memq.events.rules import type_patterns
@@ -30,8 +30,8 @@ class NewWebhook:
 
 
 class WebhooksOps(KeysOps):
-    def _add_webhook_op(self, url: str, types: Sequence[str], user_id: str | None
-                        ) -> Op[NewWebhook]:
+    def _add_webhook_op(self, url: str, types: Sequence[str], user_id: str | None,
+                        tenant: str | None) -> Op[NewWebhook]:
         problem = webhooks.url_problem(url)
         if problem is not None:
             raise ValidationError(f"url {problem}, got {shown(url):.80}")
@@ -43,6 +43,8 @@ class WebhooksOps(KeysOps):
         payload = {"webhook_id": hook_id, "url": url, "types": listed, "secret": secret}
         if user_id is not None:
             payload["user_id"] = check_identifier("user_id", user_id)
+        if tenant is not None:
+            payload["tenant"] = tenants.check_name(tenant)
         yield from self._send_op(EventType.WEBHOOK_ADDED, payload)
         return NewWebhook(hook_id, secret)
 

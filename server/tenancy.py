@@ -28,7 +28,7 @@ from memq.errors import NotFound, PermissionDenied, ValidationError
 from memq.printable import shown
 from memq.producers.changes import ChangesPage
 from memq.producers.operations import Operation
-from memq.store.read.changes import Change
+from memq.store.read.changes import in_tenant
 from memq.store.read.scope import Owner
 
 MAPPED = ("session_id", "user_id", "agent_id")
@@ -95,7 +95,7 @@ def out_of(tenant: str, op: Operation, answer: Any) -> Any:
     if tenant != tenants.DEFAULT and op.name in NOTHING:
         return NOTHING[op.name]
     if isinstance(answer, ChangesPage):
-        shown = (_change_out(tenant, c) for c in answer.changes if _in_feed(tenant, c))
+        shown = (in_tenant(tenant, c) for c in answer.changes)
         return dataclasses.replace(answer, changes=[c for c in shown if c is not None])
     if tenant == tenants.DEFAULT and not isinstance(answer, list):
         return _strip(tenant, answer)
@@ -113,37 +113,6 @@ def owner_in(tenant: str, owner: Owner | None) -> Owner | None:
                                                         and agent is None):
         return None
     return Owner(None if user == "" else user, agent)
-
-
-NOBODYS = ("task.", "macro.", "fact.", "document.")
-"""Changes that may name no session and no user: the default tenant's tasks and macros,
-and its global facts and documents (an approval names its tenant). Any other change of nobody (a result for a
-message since forgotten) is shown to no key."""
-
-
-def _in_feed(tenant: str, change: Change) -> bool:
-    """A change names its tenant's ids; one that names none is the default tenant's when
-    its kind is (:data:`NOBODYS`), and no key's otherwise."""
-    if change.session_id is None and change.user_id is None:
-        if change.type.startswith("prefix."):  # an approval names its tenant
-            return bool((change.data or {}).get("tenant", tenants.DEFAULT) == tenant)
-        return tenant == tenants.DEFAULT and change.type.startswith(NOBODYS)
-    return _belongs(tenant, change)
-
-
-def _change_out(tenant: str, change: Change) -> Change | None:
-    """A change in the tenant's names, its data's ids too (an export reads them); None if
-    its data names another tenant's id (a trusted host may have written one)."""
-    stripped: Change = _strip(tenant, change)
-    data = stripped.data
-    if data is None or not any(isinstance(data.get(k), str) for k in MAPPED):
-        return stripped
-    named = {k: _name_in(tenant, v) for k, v in data.items()
-             if k in MAPPED and isinstance(v, str)}
-    if any(v is None for v in named.values()):
-        return None
-    return dataclasses.replace(stripped, data={**data, **{
-        k: None if v == "" and k == "user_id" else v for k, v in named.items()}})
 
 
 def _belongs(tenant: str, item: Any) -> bool:

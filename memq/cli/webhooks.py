@@ -32,6 +32,8 @@ def register(sub: Any) -> None:
     add.add_argument("--events", required=True, metavar="TYPES",
                      help="event types or patterns, comma-separated: 'fact.*,message.appended'")
     add.add_argument("--user", metavar="USER", help="only this user's changes")
+    add.add_argument("--tenant", metavar="T",
+                     help="only this tenant's changes, in its own names (--user is one)")
     add.add_argument("--json", action="store_true", help="one JSON object")
     add_wait_option(add)
     add_store_options(add)
@@ -62,7 +64,8 @@ def _register_more(verbs: Any) -> None:
 def add_webhook(args: argparse.Namespace) -> int:
     types = [t.strip() for t in args.events.split(",") if t.strip()]
     with person(args) as client:
-        made = client.add_webhook(args.url, types=types, user_id=args.user)
+        made = client.add_webhook(args.url, types=types, user_id=args.user,
+                                  tenant=args.tenant)
         wait_committed(client, args.wait)
     if args.json:
         print_json(dataclasses.asdict(made))
@@ -79,6 +82,7 @@ def list_webhooks(args: argparse.Namespace) -> int:
         return 0
     for hook in found:
         whose = "" if hook.user_id is None else f"; user {hook.user_id}"
+        whose += "" if hook.tenant is None else f"; tenant {hook.tenant}"
         state = f"removed {hook.removed_at}" if hook.removed_at else "active"
         print(printable(f"{hook.id}  {hook.url}  {','.join(hook.types)}{whose}; {state}",
                         one_line=True))

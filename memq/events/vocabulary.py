@@ -314,6 +314,8 @@ SCHEMAS: dict[str, Schema] = {
             "types": Field(list, check=rules.type_patterns),
             "user_id": _opt(str, identifier=True),
             "secret": Field(str, max_chars=100, check=rules.webhook_secret),
+            # Only this tenant's changes, in its names (absent: every change, as stored).
+            "tenant": _TENANT,
         },
     ),
     EventType.WEBHOOK_REMOVED: Schema(1, {"webhook_id": Field(str, check=rules.key_id)}),

@@ -145,7 +145,8 @@ class Dispatcher:
         start = state.pending - 1 if state.pending else state.position
         with self.conn:
             found, reached = changes.page(self.conn, start, SCAN)
-        batch = [c for c in found if _wanted(hook, c)][:BATCH]
+        seen = (_as_seen(hook, c) for c in found)
+        batch = [c for c in seen if c is not None][:BATCH]
         if state.pending and (not batch or batch[0].position != state.pending):
             state.attempt = 0  # the change retried was deleted since (retention)
         if not batch:
@@ -194,9 +195,14 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _wanted(hook: Webhook, change: changes.Change) -> bool:
-    return (not change.type.startswith(NEVER_SENT) and changes.matches(change, hook.types)
-            and (hook.user_id is None or change.user_id == hook.user_id))
+def _as_seen(hook: Webhook, change: changes.Change) -> changes.Change | None:
+    """``change`` as ``hook`` is sent it (its tenant's, in its names), or None."""
+    if change.type.startswith(NEVER_SENT) or not changes.matches(change, hook.types):
+        return None
+    seen = change if hook.tenant is None else changes.in_tenant(hook.tenant, change)
+    if seen is None or (hook.user_id is not None and seen.user_id != hook.user_id):
+        return None
+    return seen
 
 
 def outcomes(connection: redis.Redis, webhook_id: str) -> list[dict[str, Any]]:

@@ -62,4 +62,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0028_fact_versions", m.fact_versions),
     Migration("0029_webhooks", p.webhooks),
     Migration("0030_tenant_approvals", p.tenant_approvals),
+    Migration("0031_webhook_tenants", p.webhook_tenants),
 ]

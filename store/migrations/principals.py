@@ -85,3 +85,9 @@ def tenant_approvals(cur: apsw.Cursor) -> None:
         DROP TABLE terminal_allowed_prefixes;
         ALTER TABLE terminal_allowed_prefixes_new RENAME TO terminal_allowed_prefixes;
     """)
+
+
+def webhook_tenants(cur: apsw.Cursor) -> None:
+    # A webhook may follow one tenant (store/dispatch/webhooks.py): its changes alone, in
+    # its own names. NULL: every change, as stored (the webhooks made before).
+    cur.execute("ALTER TABLE webhooks ADD COLUMN tenant TEXT")

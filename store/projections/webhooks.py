@@ -20,10 +20,10 @@ def apply_added(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> N
     if cur.execute("SELECT 1 FROM webhooks WHERE id = ?", (p["webhook_id"],)).fetchone():
         raise InvalidEvent(f"webhook.added: webhook {p['webhook_id']} exists already")
     cur.execute(
-        """INSERT INTO webhooks (id, url, types, user_id, secret, after, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?)""",
+        """INSERT INTO webhooks (id, url, types, user_id, secret, after, created_at, tenant)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
         (p["webhook_id"], p["url"], orjson.dumps(p["types"]).decode(), p.get("user_id"),
-         p["secret"], seq, event.created_at))
+         p["secret"], seq, event.created_at, p.get("tenant")))
 
 
 def apply_removed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:

@@ -12,12 +12,14 @@ so a follower behind it learns that it missed some (:func:`horizon`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
 import apsw
 import orjson
+
+from memq import tenants
 
 MAX_PAGE = 1000
 """Most events one page reads."""
@@ -86,3 +88,42 @@ def horizon(conn: apsw.Connection) -> int:
 def matches(change: Change, types: tuple[str, ...] | None) -> bool:
     """Whether a change's type is one of ``types`` (shell patterns: ``fact.*``)."""
     return types is None or any(fnmatchcase(change.type, t) for t in types)
+
+
+NOBODYS = ("task.", "macro.", "fact.", "document.")
+"""Changes that may name no session and no user: the default tenant's tasks and macros,
+and its global facts and documents (an approval names its tenant). Any other change of
+nobody (a result for a message since forgotten) is no tenant's."""
+_IDS = ("session_id", "user_id", "agent_id")
+
+
+def in_tenant(tenant: str, change: Change) -> Change | None:
+    """``change`` as ``tenant`` sees it (:mod:`memq.tenants`): in the tenant's own names,
+    its data's user and agent too; None if it is not the tenant's, or names another's."""
+    if change.session_id is None and change.user_id is None:
+        if change.type.startswith("prefix."):  # an approval names its tenant
+            mine = (change.data or {}).get("tenant", tenants.DEFAULT) == tenant
+        else:
+            mine = tenant == tenants.DEFAULT and change.type.startswith(NOBODYS)
+        return change if mine else None
+    named = {k: _name(tenant, getattr(change, k)) for k in _IDS
+             if isinstance(getattr(change, k), str)}
+    data = change.data
+    named_data = {} if data is None else {k: _name(tenant, data[k]) for k in _IDS[1:]
+                                          if isinstance(data.get(k), str)}
+    if None in named.values() or None in named_data.values():
+        return None
+    ids = _users(named)
+    return replace(change, session_id=ids.get("session_id"), user_id=ids.get("user_id"),
+                   agent_id=ids.get("agent_id"),
+                   data=None if data is None else {**data, **_users(named_data)})
+
+
+def _name(tenant: str, stored: str) -> str | None:
+    its_tenant, name = tenants.split(stored)
+    return name if its_tenant == tenant else None
+
+
+def _users(named: dict[str, str | None]) -> dict[str, str | None]:
+    """A tenant's own pseudo-user (its global data) is nobody in its names."""
+    return {k: None if k == "user_id" and v == "" else v for k, v in named.items()}

@@ -22,9 +22,12 @@ class Webhook:
     removed_at: str | None = None
     secret: str | None = None
     """Read only by the dispatcher, which signs with it (never listed)."""
+    tenant: str | None = None
+    """Only this tenant's changes, in its own names (``user_id`` is one of them); None:
+    every change, as stored."""
 
 
-_COLUMNS = "id, url, types, user_id, after, created_at, removed_at"
+_COLUMNS = "id, url, types, user_id, after, created_at, removed_at, tenant"
 
 
 def webhooks(conn: apsw.Connection) -> list[Webhook]:
@@ -40,7 +43,8 @@ def active_with_secrets(conn: apsw.Connection) -> list[Webhook]:
 
 
 def _hook(row: tuple[object, ...], secret: str | None = None) -> Webhook:
-    hook_id, url, types, user_id, after, created_at, removed_at = row
+    hook_id, url, types, user_id, after, created_at, removed_at, tenant = row
     return Webhook(str(hook_id), str(url), tuple(orjson.loads(str(types))),
                    None if user_id is None else str(user_id), int(str(after)),
-                   str(created_at), None if removed_at is None else str(removed_at), secret)
+                   str(created_at), None if removed_at is None else str(removed_at), secret,
+                   None if tenant is None else str(tenant))

@@ -72,3 +72,25 @@ def test_a_type_matches_its_shell_patterns(patterns: list[str]) -> None:
     expected = any(p in ("fact.*", "*") for p in patterns)
     assert changes.matches(change, tuple(patterns)) is expected
     assert changes.matches(change, None) is True
+
+
+@pytest.mark.parametrize(("change", "acme", "default"), [
+    (changes.Change(1, "e", "message.appended", at(0), "acme\x1fs1", "acme\x1falice", "acme\x1fbot",
+                    {"user_id": "acme\x1falice"}),
+     ("s1", "alice", {"user_id": "alice"}), None),
+    (changes.Change(1, "e", "fact.set", at(0), None, "acme\x1f", None,
+                    {"user_id": "acme\x1f"}), (None, None, {"user_id": None}), None),
+    (changes.Change(1, "e", "fact.set", at(0), None, None, None, {}), None, (None, None, {})),
+    (changes.Change(1, "e", "prefix.allowed", at(0), None, None, None,
+                    {"prefix": "ls", "tenant": "acme"}),
+     (None, None, {"prefix": "ls", "tenant": "acme"}), None),
+    (changes.Change(1, "e", "message.embedded", at(0), None, None, None, {}), None, None),
+    (changes.Change(1, "e", "message.appended", at(0), "acme\x1fs1", "acme\x1falice", None,
+                    {"user_id": "globex\x1falice"}), None, None),
+])
+def test_a_change_as_each_tenant_sees_it(change: changes.Change, acme: object,
+                                         default: object) -> None:
+    for tenant, expected in (("acme", acme), ("default", default)):
+        seen = changes.in_tenant(tenant, change)
+        got = None if seen is None else (seen.session_id, seen.user_id, seen.data)
+        assert got == expected, tenant

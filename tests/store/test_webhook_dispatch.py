@@ -190,3 +190,26 @@ def test_a_slow_receiver_gets_a_long_backlog_in_jobs_of_a_bounded_time_each_once
     seen = outcomes(redis.Redis.from_url(config.redis_url), hook.id)
     assert len(receiver.got) == 8  # each once
     assert [o for o in seen if not o["ok"]] == [], [(o["position"], o["error"]) for o in seen]
+
+
+def test_a_tenants_webhook_gets_its_tenants_changes_in_its_own_names(
+        client: MemoryClient, receivers: Callable[..., Receiver],
+        deliveries: Callable[..., None]) -> None:
+    receiver = receivers()
+    client.add_webhook(receiver.url, types=["message.appended", "fact.*", "prefix.*"],
+                       tenant="acme")
+    client.flush()
+    client.append("acme\x1fs1", "user", "acme's turn", user_id="acme\x1falice")
+    client.append("s1", "user", "the default tenant's turn", user_id="alice")
+    client.set_fact("house", "rule", "acme's global rule", user_id="acme\x1f")
+    client.set_fact("house", "rule", "the default tenant's rule")
+    client.allow_prefix("npm test", tenant="acme")
+    client.allow_prefix("git status")
+    client.flush()
+    deliveries(lambda: len(receiver.got) >= 3)
+    got = [orjson.loads(body) for _, body in receiver.got]
+    assert [(c["type"], c["session_id"], c["user_id"]) for c in got] == [
+        ("message.appended", "s1", "alice"), ("fact.set", None, None),
+        ("prefix.allowed", None, None)]
+    assert [c["data"].get("user_id") for c in got[:2]] == ["alice", None]
+    assert "default tenant" not in repr(got)
