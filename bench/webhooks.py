@@ -1,10 +1,10 @@
 """Webhooks: what a hanging receiver costs the writer's commits, and how soon a healthy one
 gets a change, in one run.
 
-    .venv/bin/python bench/webhooks.py [--rate 50] [--seconds 6]
+    .venv/bin/python bench/webhooks.py [--rate 50] [--seconds 6] [--workers 2]
 
 A private Redis with memq's ACL users, a real ``memq writer``, ``memq webhooks run`` and
-two ``memq worker webhooks`` (each its own process). A producer appends ``--rate`` turns a
+``--workers`` ``memq worker webhooks`` (each its own process). A producer appends ``--rate`` turns a
 second (a third of them 2-8 KB tool outputs), each followed by its ``flush``: from send to
 ``flush`` returning is the commit lag. Three phases of ``--seconds`` each:
 
@@ -104,20 +104,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--workers", type=int, default=2, help="memq worker webhooks")
     args = parser.parse_args()
     with private_redis() as url, scratch_dir() as tmp:
         run(url, tmp, args)
 
 
 @contextlib.contextmanager
-def stack(config: Config, tmp: Path) -> Iterator[None]:
+def stack(config: Config, tmp: Path, workers: int) -> Iterator[None]:
     env = {**os.environ, "MEMQ_EMBED_MODEL_DIR": str(MODEL_DIR), "MEMQ_CONFIG": ""}
     store = ("--db", config.db_path)
     with contextlib.ExitStack() as processes:
         processes.enter_context(process("writer", *store, env=env, log=tmp / "writer.log"))
         processes.enter_context(process("webhooks", "run", *store, env=env,
                                         log=tmp / "dispatch.log"))
-        for n in range(2):
+        for n in range(workers):
             processes.enter_context(process("worker", "webhooks", *store, env=env,
                                             log=tmp / f"deliver-{n}.log"))
         yield
@@ -129,7 +130,7 @@ def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
                     embed=EmbedConfig(model_dir=str(MODEL_DIR)))
     receivers = Receivers()
     try:
-        with stack(config, tmp), MemoryClient(config=config) as person:
+        with stack(config, tmp, args.workers), MemoryClient(config=config) as person:
             person.append("warm-up", "user", "the writer has made its database")
             person.flush(60)
             lags = {"no webhook": produce(config, args.rate, args.seconds, 0)}

@@ -267,12 +267,17 @@ def embed_workers_reason(embed: EmbedConfig, cores: int) -> str:
             "[embed] workers overrides)")
 
 
+DELIVER_WORKERS = 2
+"""Webhook delivery workers: one more than a receiver that hangs, so that one delays no
+other webhook's deliveries (docs/agents.md, Webhooks). Idle, each costs a process."""
+
+
 def copies(process: Process, embed_workers: int) -> list[str]:
     """The names to run ``process`` under: ``embed``, ``embed-2``, ... for the embed
-    workers, the process's own name once for everything else."""
-    if process.name != "embed":
-        return [process.name]
-    return ["embed", *(f"embed-{n}" for n in range(2, embed_workers + 1))]
+    workers, ``deliver`` and ``deliver-2`` for the webhooks' deliveries, the process's own
+    name once for everything else."""
+    count = {"embed": embed_workers, "deliver": DELIVER_WORKERS}.get(process.name, 1)
+    return [process.name, *(f"{process.name}-{n}" for n in range(2, count + 1))]
 
 
 def memq_argv(*command: str) -> tuple[str, ...]:

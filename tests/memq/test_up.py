@@ -244,6 +244,8 @@ def test_configured_embed_workers_win_and_get_names_of_their_own() -> None:
     writer = next(p for p in PROCESSES if p.name == "writer")
     assert copies(embed, 3) == ["embed", "embed-2", "embed-3"]
     assert copies(writer, 3) == ["writer"]
+    deliver = next(p for p in PROCESSES if p.name == "deliver")
+    assert copies(deliver, 3) == ["deliver", "deliver-2"]  # one more than a hanging receiver
 
 
 @pytest.mark.slow

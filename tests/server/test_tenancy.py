@@ -241,7 +241,7 @@ def caller(admin: RemoteMemoryClient, served: Served, kind: str
         yield client
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
+@settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_no_call_of_another_tenants_key_reaches_a_tenants_data(

@@ -196,7 +196,7 @@ def make(i: int, op: Op) -> Event:
     return event(EventType.FACT_DELETED, p, created_at=created)
 
 
-@settings(max_examples=50, deadline=None,
+@settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(OP, min_size=1, max_size=12), one_batch=st.booleans())
 def test_random_fact_sequences_rebuild_equal_and_stay_consistent(
