@@ -57,6 +57,7 @@ def test_a_follower_resumed_with_its_last_event_id_misses_nothing(
                 if done.is_set():
                     break
                 writer.append(f"chat-{i % 2}", "user", f"turn {i}", user_id="alice")
+                done.wait(0.002)  # a steady load, not all the CPU the suite shares
             writer.flush()
 
     thread = threading.Thread(target=load)
