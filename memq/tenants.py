@@ -53,6 +53,13 @@ def split(stored: str) -> tuple[str, str]:
     return (DEFAULT, stored) if match is None else (match.group(1), match.group(2))
 
 
+def name_in(tenant: str, stored: str) -> str | None:
+    """The id ``stored`` names in ``tenant`` (``""``: its pseudo-user), or None if it is
+    another tenant's."""
+    its_tenant, name = split(stored)
+    return name if its_tenant == tenant else None
+
+
 def tenant_of(stored: str | None) -> str:
     return DEFAULT if stored is None else split(stored)[0]
 

@@ -44,9 +44,9 @@ DEFAULT_ONLY = frozenset({"schedule_task", "pause_task", "resume_task", "delete_
                           "use_macro"})
 """Calls on what is the default tenant's alone so far (tasks, macros)."""
 NOTHING: Mapping[str, Any] = {"tasks": [], "suggest_next_tools": []}
+"""What another tenant's key reads of the default tenant's alone: nothing."""
 OWN_TENANT = frozenset({"sessions", "allowed_prefixes", "is_command_allowed"})
 """Calls that take a ``tenant``: a key's is always its own (another's does not exist)."""
-"""What another tenant's key reads of the default tenant's alone: nothing."""
 
 
 def refuse_stored_ids(op: Operation, given: Mapping[str, Any]) -> None:
@@ -97,8 +97,6 @@ def out_of(tenant: str, op: Operation, answer: Any) -> Any:
     if isinstance(answer, ChangesPage):
         shown = (in_tenant(tenant, c) for c in answer.changes)
         return dataclasses.replace(answer, changes=[c for c in shown if c is not None])
-    if tenant == tenants.DEFAULT and not isinstance(answer, list):
-        return _strip(tenant, answer)
     if isinstance(answer, list):
         return [_strip(tenant, item) for item in answer if _belongs(tenant, item)]
     return _strip(tenant, answer)
@@ -108,7 +106,7 @@ def owner_in(tenant: str, owner: Owner | None) -> Owner | None:
     """A session's stored owner in ``tenant``'s names; None if another tenant's."""
     if owner is None:
         return None
-    user, agent = (None if v is None else _name_in(tenant, v) for v in owner)
+    user, agent = (None if v is None else tenants.name_in(tenant, v) for v in owner)
     if (owner.user_id is not None and user is None) or (owner.agent_id is not None
                                                         and agent is None):
         return None
@@ -142,16 +140,10 @@ def _strip(tenant: str, item: Any) -> Any:
 
 
 def _outside(tenant: str, stored: str, what: str) -> str | None:
-    name = _name_in(tenant, stored)
+    name = tenants.name_in(tenant, stored)
     if name is None:  # a list was cut to the tenant first: this is a bug, not an answer
         raise NotFound(f"no {what.removesuffix('_id')} {shown(stored):.60}")
     return None if name == "" and what == "user_id" else name
-
-
-def _name_in(tenant: str, stored: str) -> str | None:
-    """The id ``stored`` names in ``tenant``, or None if it is another tenant's."""
-    its_tenant, name = tenants.split(stored)
-    return name if its_tenant == tenant else None
 
 
 def _calls(op: Operation, given: Mapping[str, Any]) -> list[Mapping[str, Any]]:

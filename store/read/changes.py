@@ -106,10 +106,10 @@ def in_tenant(tenant: str, change: Change) -> Change | None:
         else:
             mine = tenant == tenants.DEFAULT and change.type.startswith(NOBODYS)
         return change if mine else None
-    named = {k: _name(tenant, getattr(change, k)) for k in _IDS
+    named = {k: tenants.name_in(tenant, getattr(change, k)) for k in _IDS
              if isinstance(getattr(change, k), str)}
     data = change.data
-    named_data = {} if data is None else {k: _name(tenant, data[k]) for k in _IDS[1:]
+    named_data = {} if data is None else {k: tenants.name_in(tenant, data[k]) for k in _IDS[1:]
                                           if isinstance(data.get(k), str)}
     if None in named.values() or None in named_data.values():
         return None
@@ -117,11 +117,6 @@ def in_tenant(tenant: str, change: Change) -> Change | None:
     return replace(change, session_id=ids.get("session_id"), user_id=ids.get("user_id"),
                    agent_id=ids.get("agent_id"),
                    data=None if data is None else {**data, **_users(named_data)})
-
-
-def _name(tenant: str, stored: str) -> str | None:
-    its_tenant, name = tenants.split(stored)
-    return name if its_tenant == tenant else None
 
 
 def _users(named: dict[str, str | None]) -> dict[str, str | None]:
