@@ -44,8 +44,8 @@ from memq.producers.prefixes import PrefixesOps
 from memq.producers.sessions import SessionsOps
 from memq.producers.surface_async import AsyncSurface
 from memq.producers.tasks import TasksOps
-from memq.producers.webhooks import WebhooksOps
 from memq.producers.turns import TurnsOps
+from memq.producers.webhooks import WebhooksOps
 from memq.store.read.pool import ReadPool
 
 __all__ = ["AsyncMemoryClient"]

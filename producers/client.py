@@ -29,8 +29,8 @@ from memq.producers.prefixes import PrefixesOps
 from memq.producers.sessions import SessionsOps
 from memq.producers.surface import Surface
 from memq.producers.tasks import TasksOps
-from memq.producers.webhooks import WebhooksOps
 from memq.producers.turns import DEFAULT_IMPORTANCE, TurnsOps, default_importance
+from memq.producers.webhooks import WebhooksOps
 from memq.store.read.pool import ReadPool
 
 __all__ = ["DEFAULT_IMPORTANCE", "MemoryClient", "default_importance"]

@@ -108,7 +108,8 @@ class AsyncSurface:
         """Committed sessions, most recently active first, with their owner, first and last
         message times and message count; only ``user_id``'s and/or ``agent_id``'s when
         given, and only ``tenant``'s when given (:mod:`memq.tenants`; a key's always
-        are its own tenant's). For the next page, pass the last one's ``last_active_at`` as ``before``."""
+        are its own tenant's). For the next page, pass the last one's ``last_active_at``
+        as ``before``."""
         return await self._call("sessions", locals())
 
     async def forget_session(self, session_id: str) -> str:

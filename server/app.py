@@ -35,12 +35,12 @@ from memq.errors import (
 )
 from memq.problems import MEDIA_TYPE, from_error, problem
 from memq.producers.client import MemoryClient
+from memq.server import feed
 from memq.server.budgets import Budgets
 from memq.server.delegation import Delegations
 from memq.server.guard import Guard
 from memq.server.principals import KEY_TTL_S, KeyRing, Principals, keys_in
 from memq.server.remotes import MAX_REMOTES, MAX_WAITS, Remotes
-from memq.server import feed
 from memq.server.routes import router
 from memq.tokens import Tokens
 

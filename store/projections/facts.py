@@ -17,9 +17,9 @@ import apsw
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
 from memq.store.effects import Effects
+from memq.store.projections.base import Applier
 from memq.store.projections.fact_versions import begin as begin_version
 from memq.store.projections.fact_versions import end as end_version
-from memq.store.projections.base import Applier
 from memq.store.write.log import read_events
 
 

@@ -57,8 +57,8 @@ from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
 from memq.store import lexical
 from memq.store.effects import Effects, Erasure
-from memq.store.projections.fact_versions import forget_user as forget_versions
 from memq.store.projections.base import Applier
+from memq.store.projections.fact_versions import forget_user as forget_versions
 from memq.store.projections.macros import relearn
 from memq.store.projections.sessions import subtract
 

@@ -11,9 +11,9 @@ import orjson
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType
-from memq.tenants import DEFAULT
 from memq.store.effects import Effects
 from memq.store.projections.base import Applier
+from memq.tenants import DEFAULT
 
 
 def apply_created(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:

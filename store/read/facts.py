@@ -13,7 +13,6 @@ import apsw
 import orjson
 
 from memq import tenants
-
 from memq.events import EventType
 from memq.store.projections.facts import may_change as may_change  # the guard, for readers
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import apsw
 
 from memq import tenants
-
 from memq.store.read.messages import Message, message_from_row
 from memq.store.read.scope import Owner
 from memq.store.read.summaries import timeline
