@@ -19,7 +19,7 @@ from memq.events import EventType, check_identifier
 from memq.printable import shown
 from memq.producers.mixin import ClientBase
 from memq.producers.ops import Op, Read
-from memq.store.read.macros import Macro, candidates, macro_exists
+from memq.store.read.macros import Macro, candidates, trigger_tool
 from memq.toolcalls import ANY_ARGS, args_pattern, fill_template, shrink_args
 
 MAX_ID = 2**63 - 1
@@ -74,9 +74,12 @@ class MacrosOps(ClientBase):
             1 <= macro_id <= MAX_ID
         ):
             raise ValidationError(f"macro_id must be a positive integer, got {shown(macro_id):.60}")
-        if not (yield Read(macro_exists, (macro_id,))):
+        tool = yield Read(trigger_tool, (macro_id,))
+        if tool is None:
             raise NotFound(f"no macro {macro_id}")
-        return (yield from self._send_op(EventType.MACRO_USED, {"macro_id": macro_id}))
+        # The trigger tool names the macro's tenant, for the change feed (memq.tenants).
+        return (yield from self._send_op(EventType.MACRO_USED,
+                                         {"macro_id": macro_id, "tool": tool}))
 
     def _tool_args(self, args: Mapping[str, Any] | None) -> dict[str, Any]:
         if args is None:

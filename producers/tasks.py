@@ -77,7 +77,9 @@ class TasksOps(ClientBase):
                                           source=found.source)
         if reason is not None:
             raise PermissionDenied(reason)
-        yield from self._send_op(etype, payload)
+        # The name (unchanged) names the task's tenant, for the change feed to show the
+        # event to that tenant alone (memq.tenants).
+        yield from self._send_op(etype, {**payload, "name": found.name})
 
     def _task_op(self, task_id: str) -> Op[Task]:
         check_identifier("task_id", task_id)

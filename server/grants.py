@@ -57,7 +57,7 @@ def admit(grant: Grant | None, op: Operation, given: dict[str, Any],
     tenancy.refuse_stored_ids(op, given)
     if op.right is Right.ADMIN or op.right.value not in grant.rights:
         raise PermissionDenied(f"this key may not {op.right.value}: {op.name} needs it")
-    tenancy.refuse_default_only(grant.tenant, op)
+    tenancy.refuse_other_tenants(grant.tenant, op, given, client)
     if op.name == "wait_forgotten" and _key_of(client, given.get("event_id")) != grant.key_id:
         raise NotFound(f"no forget {shown(given.get('event_id')):.60} sent with this key "
                        "(flush it first)")

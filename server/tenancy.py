@@ -9,9 +9,11 @@ key cannot name, list or search another tenant's data, whatever it sends. Three 
   the default tenant's keys included).
 - A fact or document of no user is, in a tenant, the tenant's pseudo-user's
   (:func:`memq.tenants.everyone`): a tenant's "global" data is its own.
-- Tasks and tool macros are the default tenant's for now: another tenant's key sees none,
-  and schedules, learns or uses none (deny by default). Command approvals are each
-  tenant's own: a key checks commands against its tenant's.
+- A task's name and a tool's name are the tenant's own, as ids are: a task and a learned
+  macro belong to the tenant of their stored name. Task and macro ids are memq's, unique
+  across tenants: a call naming one of another tenant's gets ``NotFound``, as for one that
+  does not exist. Command approvals are each tenant's own: a key checks commands against
+  its tenant's.
 
 The grant (:mod:`memq.server.grants`) is judged in the caller's names, before mapping:
 a key's users and agents are names inside its tenant.
@@ -24,12 +26,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from memq import tenants
-from memq.errors import NotFound, PermissionDenied, ValidationError
+from memq.errors import NotFound, ValidationError
 from memq.printable import shown
 from memq.producers.changes import ChangesPage
+from memq.producers.client import MemoryClient
+from memq.producers.macros import MAX_ID, MacroSuggestion
 from memq.producers.operations import Operation
 from memq.store.read.changes import in_tenant
+from memq.store.read.macros import trigger_tool
 from memq.store.read.scope import Owner
+from memq.store.read.tasks import Task
 
 MAPPED = ("session_id", "user_id", "agent_id")
 """Arguments (and answer fields) that are ids inside a tenant."""
@@ -39,34 +45,40 @@ ALL_USERS = frozenset({"set_fact", "delete_fact", "facts", "fact_history", "put_
                        "delete_document", "touch_document", "document", "search_documents",
                        "document_namespaces"})
 """Calls where no ``user_id`` means the global data, which in a tenant is its own."""
-DEFAULT_ONLY = frozenset({"schedule_task", "pause_task", "resume_task", "delete_task",
-                          "task", "tasks", "record_tool_call", "suggest_next_tools",
-                          "use_macro"})
-"""Calls on what is the default tenant's alone so far (tasks, macros)."""
-NOTHING: Mapping[str, Any] = {"tasks": [], "suggest_next_tools": []}
-"""What another tenant's key reads of the default tenant's alone: nothing."""
+OWN_NAMES = {"schedule_task": "name", "record_tool_call": "tool", "suggest_next_tools": "tool"}
+"""Per call, the argument that is a name inside the tenant: a task's, a tool's."""
+ANSWER_NAMES: Mapping[type, str] = {Task: "name", MacroSuggestion: "tool"}
+"""Per kind of answer, its field that is a name inside the tenant."""
+TASK_TARGETS = frozenset({"task", "pause_task", "resume_task", "delete_task"})
 OWN_TENANT = frozenset({"sessions", "allowed_prefixes", "is_command_allowed"})
 """Calls that take a ``tenant``: a key's is always its own (another's does not exist)."""
 
 
 def refuse_stored_ids(op: Operation, given: Mapping[str, Any]) -> None:
-    """ValidationError if an id the caller sends holds the tenant separator."""
+    """ValidationError if an id or name the caller sends holds the tenant separator."""
+    own = OWN_NAMES.get(op.name)
     for call in _calls(op, given):
-        for name in (*MAPPED, *UNMAPPED_IDS):
+        for name in (*MAPPED, *UNMAPPED_IDS, *((own,) if own else ())):
             value = call.get(name)
             if isinstance(value, str) and tenants.SEPARATOR in value:
                 raise ValidationError(f"{name} contains a control character")
 
 
-def refuse_default_only(tenant: str, op: Operation) -> None:
-    """Refuse another tenant's key a call that names or changes what is the default
-    tenant's alone (its list reads are cut to nothing by :func:`out_of`)."""
-    if tenant == tenants.DEFAULT or op.name not in DEFAULT_ONLY or op.name in NOTHING:
-        return
-    if op.name in ("task", "pause_task", "resume_task", "delete_task", "use_macro"):
-        raise NotFound(f"no {op.name.rpartition('_')[2]} here")
-    raise PermissionDenied(f"{op.name}: tasks and tool macros are the default tenant's; "
-                           "a key of another tenant has none")
+def refuse_other_tenants(tenant: str, op: Operation, given: Mapping[str, Any],
+                         client: MemoryClient) -> None:
+    """NotFound for a call on another tenant's task or macro: their ids are memq's, the
+    same in every tenant's names, so only the task's or macro's own name tells whose it
+    is. The task is read as the caller's client reads it (its own pending writes too)."""
+    if op.name in TASK_TARGETS and isinstance(given.get("task_id"), str):
+        task = client.task(given["task_id"])
+        if tenants.tenant_of(task.name) != tenant:
+            raise NotFound(f"no scheduled task {shown(given['task_id']):.60}")
+    macro_id = given.get("macro_id")
+    if op.name == "use_macro" and type(macro_id) is int and 1 <= macro_id <= MAX_ID:
+        with client.readers.connection() as conn:
+            tool = trigger_tool(conn, macro_id)
+        if tool is not None and tenants.tenant_of(tool) != tenant:
+            raise NotFound(f"no macro {macro_id}")
 
 
 def into(tenant: str, op: Operation, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,6 +88,9 @@ def into(tenant: str, op: Operation, given: Mapping[str, Any]) -> dict[str, Any]
         mapped["turns"] = [_ids_into(tenant, t) if isinstance(t, Mapping) else t
                            for t in given["turns"]]
     mapped = _ids_into(tenant, mapped)
+    own = OWN_NAMES.get(op.name)
+    if own is not None and isinstance(mapped.get(own), str):
+        mapped[own] = tenants.inside(tenant, mapped[own])
     if op.name in ALL_USERS and mapped.get("user_id") is None:
         mapped["user_id"] = tenants.everyone(tenant)
     if op.name in OWN_TENANT:
@@ -92,8 +107,6 @@ def _ids_into(tenant: str, call: Mapping[str, Any]) -> dict[str, Any]:
 
 def out_of(tenant: str, op: Operation, answer: Any) -> Any:
     """``answer`` in ``tenant``'s names: lists keep only the tenant's items."""
-    if tenant != tenants.DEFAULT and op.name in NOTHING:
-        return NOTHING[op.name]
     if isinstance(answer, ChangesPage):
         shown = (in_tenant(tenant, c) for c in answer.changes)
         return dataclasses.replace(answer, changes=[c for c in shown if c is not None])
@@ -116,7 +129,7 @@ def owner_in(tenant: str, owner: Owner | None) -> Owner | None:
 def _belongs(tenant: str, item: Any) -> bool:
     if not dataclasses.is_dataclass(item):
         return True
-    for name in MAPPED:
+    for name in _names_of(item):
         value = getattr(item, name, None)
         if isinstance(value, str) and tenants.tenant_of(value) != tenant:
             return False
@@ -130,13 +143,20 @@ def _strip(tenant: str, item: Any) -> Any:
     if not dataclasses.is_dataclass(item) or isinstance(item, type):
         return item
     changes: dict[str, Any] = {}
+    names = _names_of(item)
     for field in dataclasses.fields(item):
         value = getattr(item, field.name)
-        if field.name in MAPPED and isinstance(value, str):
+        if field.name in names and isinstance(value, str):
             changes[field.name] = _outside(tenant, value, field.name)
         elif dataclasses.is_dataclass(value):
             changes[field.name] = _strip(tenant, value)
     return dataclasses.replace(item, **changes) if changes else item
+
+
+def _names_of(item: Any) -> tuple[str, ...]:
+    """The fields of an answer that are names inside a tenant."""
+    own = ANSWER_NAMES.get(type(item))
+    return MAPPED if own is None else (*MAPPED, own)
 
 
 def _outside(tenant: str, stored: str, what: str) -> str | None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import redis
 
-from memq import broker, jobs, names
+from memq import broker, jobs, names, tenants
 from memq.clock import now_rfc3339, parse_rfc3339
 from memq.errors import ConfigError, ValidationError
 from memq.events import Event, EventType, encode
@@ -82,8 +82,14 @@ class TaskRun:
         return int(parse_rfc3339(self.scheduled_for).timestamp())
 
     @property
+    def tenant(self) -> str:
+        """The task's tenant, which its (stored) name names (:mod:`memq.tenants`)."""
+        return tenants.tenant_of(self.name)
+
+    @property
     def session_id(self) -> str:
-        return f"{names.TASK_SESSION_PREFIX}{self.task_id}"
+        """Where the run's turns go: a session of the task's own tenant."""
+        return tenants.inside(self.tenant, f"{names.TASK_SESSION_PREFIX}{self.task_id}")
 
 
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
@@ -106,9 +112,9 @@ def _run(run: TaskRun, context: WorkerContext) -> dict[str, Any]:
         registered: Any = context.redis.get(names.task_run_key(run.task_id, run.slot))
     check_registered(run, registered)
     fired_at = now_rfc3339()
-    delivery = {"task_id": run.task_id, "session_id": run.session_id, "name": run.name,
-                "prompt": run.prompt, "trusted": run.trusted, "fired_at": fired_at,
-                "scheduled_for": run.scheduled_for}
+    delivery = {"task_id": run.task_id, "tenant": run.tenant, "session_id": run.session_id,
+                "name": run.name, "prompt": run.prompt, "trusted": run.trusted,
+                "fired_at": fired_at, "scheduled_for": run.scheduled_for}
     handler_error = call_handler(context.config.scheduler.handler, delivery)
     event = fired_event(run, fired_at, handler_error)
     if not _record(context, marker, delivery, event):
@@ -130,7 +136,7 @@ def check_registered(run: TaskRun, registered: bytes | None) -> None:
 def fired_event(run: TaskRun, fired_at: str, handler_error: str | None) -> Event:
     """``task.fired``; its id follows from the task and slot, so a slot is recorded once."""
     payload: dict[str, Any] = {"task_id": run.task_id, "fired_at": fired_at,
-                               "scheduled_for": run.scheduled_for}
+                               "scheduled_for": run.scheduled_for, "name": run.name}
     if handler_error is not None:
         payload["handler_error"] = handler_error[:4000]
     event_id = uuid.uuid5(_FIRED_NAMESPACE, f"{run.task_id}/{run.slot}")

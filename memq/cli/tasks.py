@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from memq import broker, logs, names
+from memq import broker, logs, names, tenants
 from memq.cli.common import (
     add_store_options,
     add_wait_option,
@@ -19,6 +20,7 @@ from memq.cli.common import (
     wait_committed,
 )
 from memq.clock import now_utc, to_rfc3339
+from memq.events import check_identifier
 from memq.printable import printable
 
 NEXT_RUNS = 5
@@ -54,6 +56,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--oneshot", action="store_true", help="fire once (a one-time "
                         "schedule such as 'in 2 hours' is a one-shot anyway)")
     parser.add_argument("--tz", help="IANA time zone (default: [scheduler] tz)")
+    parser.add_argument("--tenant", default=tenants.DEFAULT, metavar="T",
+                        help="the tenant whose task it is: its runs go to a session of that "
+                             "tenant, and its keys see it (default: %(default)s)")
     add_wait_option(parser)
     add_store_options(parser)
     parser.set_defaults(func=add_task)
@@ -68,13 +73,15 @@ def register(sub: Any) -> None:
 
 
 def add_task(args: argparse.Namespace) -> int:
+    check_identifier("name", args.name)
+    name = tenants.inside(tenants.check_name(args.tenant, "--tenant"), args.name)
     with person(args) as client:
-        task_id = client.schedule_task(args.name, args.schedule, args.prompt,
+        task_id = client.schedule_task(name, args.schedule, args.prompt,
                                        oneshot=args.oneshot, trusted=args.trusted, tz=args.tz)
         wait_committed(client, args.wait)
         task = client.task(task_id)
     trusted = ", trusted" if task.is_trusted else ""
-    print(printable(f"{task_id}  {task.name}  ({task.schedule}{trusted}), next run "
+    print(printable(f"{task_id}  {_named(task.name)}  ({task.schedule}{trusted}), next run "
                     f"{task.next_run_at}", one_line=True))
     return 0
 
@@ -143,9 +150,16 @@ def list_tasks(args: argparse.Namespace) -> int:
     for task in tasks:
         flags = [f for f, on in (("paused", task.is_paused), ("oneshot", task.is_oneshot),
                                  ("trusted", task.is_trusted)) if on]
-        print(f"{task.id}  {task.name!r} [{task.source}]  {task.schedule!r} = "
+        print(f"{task.id}  {_named(task.name, repr)} [{task.source}]  {task.schedule!r} = "
               f"{task.cron_expr} ({task.tz})  {','.join(flags) or '-'}  "
               f"next: {task.next_run_at or '-'}")
     if not tasks:
         print("no scheduled tasks")
     return 0
+
+
+def _named(stored: str, show: Callable[[str], str] = str) -> str:
+    """A task's name as the person reads it: ``nightly``, or ``acme:nightly`` for a
+    tenant's (:mod:`memq.tenants`)."""
+    tenant, name = tenants.split(stored)
+    return show(name) if tenant == tenants.DEFAULT else f"{tenant}:{show(name)}"

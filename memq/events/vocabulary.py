@@ -204,7 +204,9 @@ SCHEMAS: dict[str, Schema] = {
     # forgetting other calls never changes. In the log, version 1 named a macro by its
     # place among those learned, which a forget renumbered (migration 0024 turns those
     # into ids).
-    EventType.MACRO_USED: Schema(2, {"macro_id": Field(int, low=1)}),
+    # `tool`: the macro's trigger tool, whose stored form names its tenant (memq.tenants),
+    # so the change feed can show the use to that tenant alone; absent before tenants.
+    EventType.MACRO_USED: Schema(2, {"macro_id": Field(int, low=1), "tool": _optional(_ID)}),
     EventType.TASK_SCHEDULED: Schema(1, _TASK_FIELDS),
     EventType.TASK_CHANGED: Schema(
         1,
@@ -223,9 +225,13 @@ SCHEMAS: dict[str, Schema] = {
             "scheduled_for": _opt(str, timestamp=True),
             # the configured handler's failure; the run still counts as delivered
             "handler_error": _opt(str, max_chars=4000),
+            # the task's name, which names its tenant (see task.deleted)
+            "name": _optional(_ID),
         },
     ),
-    EventType.TASK_DELETED: Schema(1, {"task_id": _TASK_ID}),
+    # `name`: the task's, whose stored form names its tenant (memq.tenants), so the
+    # change feed shows a deletion to that tenant alone; absent before tenants.
+    EventType.TASK_DELETED: Schema(1, {"task_id": _TASK_ID, "name": _optional(_ID)}),
     # The legacy upgrade (store/legacy.py) records these, never a client: each carries one
     # row of the seed's table whole, ids and timestamps included, so nothing is lost.
     EventType.FACT_IMPORTED: Schema(

@@ -91,25 +91,26 @@ def matches(change: Change, types: tuple[str, ...] | None) -> bool:
 
 
 NOBODYS = ("task.", "macro.", "fact.", "document.")
-"""Changes that may name no session and no user: the default tenant's tasks and macros,
-and its global facts and documents (an approval names its tenant). Any other change of
-nobody (a result for a message since forgotten) is no tenant's."""
+"""Changes that may name no session and no user: the default tenant's global facts and
+documents, and its tasks and macros logged before tenants (an approval names its tenant,
+a task or macro since then its name). Any other change of nobody (a result for a message
+since forgotten) is no tenant's."""
 _IDS = ("session_id", "user_id", "agent_id")
+_OWN_NAMES = {"task.": "name", "macro.": "tool"}
+"""Per kind of change, the field of its data that is a name inside its tenant (a task's
+or a tool's stored name); events logged before tenants carry none: the default's."""
 
 
 def in_tenant(tenant: str, change: Change) -> Change | None:
     """``change`` as ``tenant`` sees it (:mod:`memq.tenants`): in the tenant's own names,
     its data's user and agent too; None if it is not the tenant's, or names another's."""
     if change.session_id is None and change.user_id is None:
-        if change.type.startswith("prefix."):  # an approval names its tenant
-            mine = (change.data or {}).get("tenant", tenants.DEFAULT) == tenant
-        else:
-            mine = tenant == tenants.DEFAULT and change.type.startswith(NOBODYS)
-        return change if mine else None
+        return _nobodys_in(tenant, change)
     named = {k: tenants.name_in(tenant, getattr(change, k)) for k in _IDS
              if isinstance(getattr(change, k), str)}
     data = change.data
-    named_data = {} if data is None else {k: tenants.name_in(tenant, data[k]) for k in _IDS[1:]
+    fields = (*_IDS[1:], _OWN_NAMES.get(_kind(change), ""))
+    named_data = {} if data is None else {k: tenants.name_in(tenant, data[k]) for k in fields
                                           if isinstance(data.get(k), str)}
     if None in named.values() or None in named_data.values():
         return None
@@ -117,6 +118,25 @@ def in_tenant(tenant: str, change: Change) -> Change | None:
     return replace(change, session_id=ids.get("session_id"), user_id=ids.get("user_id"),
                    agent_id=ids.get("agent_id"),
                    data=None if data is None else {**data, **_users(named_data)})
+
+
+def _nobodys_in(tenant: str, change: Change) -> Change | None:
+    """A change of no session and no user: an approval names its tenant, a task or a macro
+    its name (none, logged before tenants: the default's)."""
+    data = change.data or {}
+    own = _OWN_NAMES.get(_kind(change))
+    if change.type.startswith("prefix."):
+        mine = data.get("tenant", tenants.DEFAULT) == tenant
+    elif own is not None and isinstance(data.get(own), str):
+        name = tenants.name_in(tenant, data[own])
+        return None if name is None else replace(change, data={**data, own: name})
+    else:
+        mine = tenant == tenants.DEFAULT and change.type.startswith(NOBODYS)
+    return change if mine else None
+
+
+def _kind(change: Change) -> str:
+    return change.type.partition(".")[0] + "."
 
 
 def _users(named: dict[str, str | None]) -> dict[str, str | None]:

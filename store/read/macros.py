@@ -41,5 +41,8 @@ def candidates(conn: apsw.Connection, tool: str, pattern: str) -> list[Macro]:
     return [Macro(*row) for row in rows]
 
 
-def macro_exists(conn: apsw.Connection, macro_id: int) -> bool:
-    return conn.execute("SELECT 1 FROM macros WHERE id = ?", (macro_id,)).fetchone() is not None
+def trigger_tool(conn: apsw.Connection, macro_id: int) -> str | None:
+    """The tool that triggers macro ``macro_id`` (its stored form names its tenant), or None
+    if there is no such macro."""
+    row = conn.execute("SELECT trigger_tool FROM macros WHERE id = ?", (macro_id,)).fetchone()
+    return None if row is None else str(row[0])

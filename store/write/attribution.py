@@ -22,8 +22,6 @@ from memq.printable import shown
 FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
                      EventType.USER_FORGOTTEN})
 TASKS = frozenset({EventType.TASK_SCHEDULED, EventType.TASK_CHANGED, EventType.TASK_DELETED})
-DEFAULT_ONLY = ("task.", "macro.", "prefix.")
-"""Kinds of event whose data is the default tenant's alone so far (``server/tenancy.py``)."""
 
 
 def refusal(cur: apsw.Cursor, event: Event, key_id: str, narrowed: str | None = None
@@ -48,26 +46,42 @@ def refusal(cur: apsw.Cursor, event: Event, key_id: str, narrowed: str | None = 
     needed = "forget" if event.type in FORGETS else "write"
     if needed not in granted[2]:
         return f"key {key_id} may not {needed}"
-    return _other_tenant(event, key_id, str(tenant)) or _outside(
+    return _other_tenant(cur, event, key_id, str(tenant)) or _outside(
         cur, event, key_id, _inside(str(tenant), granted[0]), _inside(str(tenant), granted[1]))
 
 
-def _other_tenant(event: Event, key_id: str, tenant: str) -> str | None:
+def _other_tenant(cur: apsw.Cursor, event: Event, key_id: str, tenant: str) -> str | None:
     """Why the event reaches beyond the key's tenant (:mod:`memq.tenants`), or None."""
-    if tenant != tenants.DEFAULT and event.type.startswith(DEFAULT_ONLY):
-        return f"{event.type}: tasks, macros and approvals are the default tenant's, " \
-               f"outside key {key_id}'s tenant {tenant}"
+    if event.type.startswith("prefix."):
+        return f"{event.type}: approvals are the person's, not key {key_id}'s"
     p = event.payload
     if (tenant != tenants.DEFAULT and event.type.startswith(("fact.", "document."))
             and p.get("user_id") is None):
         return f"{event.type}: the default tenant's global data, outside key {key_id}'s " \
                f"tenant {tenant}"
     for what, value in (("session", event.session_id), ("user", p.get("user_id")),
-                        ("agent", p.get("agent_id"))):
+                        ("agent", p.get("agent_id")), *_names(cur, event)):
         if isinstance(value, str) and tenants.tenant_of(value) != tenant:
             return f"{event.type}: {what} {shown(value):.60} is outside key {key_id}'s " \
                    f"tenant {tenant}"
     return None
+
+
+def _names(cur: apsw.Cursor, event: Event) -> list[tuple[str, object]]:
+    """The tasks' and tools' stored names an event reaches (each names its tenant): the
+    ones it carries, and the stored task's or macro's it changes or uses."""
+    p = event.payload
+    if event.type in TASKS:
+        row = cur.execute("SELECT name FROM scheduled_tasks WHERE id = ?",
+                          (p.get("task_id"),)).fetchone()
+        return [("task", p.get("name")), ("task", None if row is None else row[0])]
+    if event.type == EventType.MACRO_OBSERVED:
+        return [("tool", p.get("tool"))]
+    if event.type == EventType.MACRO_USED:
+        row = cur.execute("SELECT trigger_tool FROM macros WHERE id = ?",
+                          (p.get("macro_id"),)).fetchone()
+        return [("tool", p.get("tool")), ("macro", None if row is None else row[0])]
+    return []
 
 
 def _inside(tenant: str, names: set[str] | None) -> set[str] | None:

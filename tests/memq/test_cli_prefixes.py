@@ -118,6 +118,21 @@ def test_trusted_tasks_from_the_command_line(
     assert orjson.loads(capsys.readouterr().out) == {"tasks": []}
 
 
+def test_the_person_schedules_a_tenants_task(
+    config: Config, writer: WriterThread, admin_url: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(config, "tasks", "add", "--tenant", "acme", "nightly", "every day at 2am",
+               "sweep", url=admin_url) == 0
+    task_id = capsys.readouterr().out.split()[0]
+    with MemoryClient(config=config.replace(redis_url=admin_url)) as person:
+        assert person.task(task_id).name == "acme\x1fnightly"
+    assert main(["tasks", "list", "--db", config.db_path]) == 0
+    assert f"{task_id}  acme:'nightly' [tool]" in capsys.readouterr().out
+    assert run(config, "tasks", "add", "--tenant", "Acme!", "nightly", "every day at 2am",
+               "sweep", url=admin_url) == 2
+    assert "--tenant: a tenant is 1 to 40" in capsys.readouterr().err
+
+
 def test_without_a_writer_the_change_waits_or_is_sent_only(
     config: Config, admin_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -34,6 +34,10 @@ def fill(client: RemoteMemoryClient, word: str) -> None:
     client.set_fact("house", "rule", f"{word} global rule")
     client.put_document(["notes"], "k", {"note": f"{word} note"}, user_id="alice")
     client.put_document(["notes"], "g", {"note": f"{word} global note"})
+    client.schedule_task("nightly", "every day at 2am", f"{word} nightly prompt")
+    for session in ("s1", "s1", "s1"):  # a macro learned: search, then open
+        client.record_tool_call(session, "search", {"q": f"{word} query"})
+        client.record_tool_call(session, "open", {"path": f"{word}.md"})
     client.flush()
 
 
@@ -111,17 +115,55 @@ def test_a_key_cannot_write_a_stored_id(admin: RemoteMemoryClient, served: Serve
             key.facts(user_id=f"globex{tenants.SEPARATOR}alice")
 
 
-def test_tasks_and_macros_are_the_default_tenants_alone(
-        admin: RemoteMemoryClient, acme: RemoteMemoryClient) -> None:
-    assert acme.tasks() == []
-    assert acme.suggest_next_tools("search") == []
-    with pytest.raises(PermissionDenied, match="default tenant's"):
-        acme.schedule_task("t", "in 2 hours", "p")
-    with pytest.raises(PermissionDenied, match="default tenant's"):
-        acme.record_tool_call("s1", "search", {"q": "x"})
-    task_id = admin.tasks()[0].id
+def test_each_tenant_has_its_own_tasks_and_macros(
+        admin: RemoteMemoryClient, served: Served, acme: RemoteMemoryClient,
+        globex: RemoteMemoryClient) -> None:
+    """The same task and tool names in two tenants: each key sees, changes and uses its
+    own; another tenant's task or macro is 404 by its id, as one that does not exist."""
+    mine, theirs = (client.tasks() for client in (acme, globex))
+    assert [(t.name, t.prompt) for t in mine] == [("nightly", "acme nightly prompt")]
+    assert [(t.name, t.prompt) for t in theirs] == [("nightly", "globex nightly prompt")]
+    [acme_open] = acme.suggest_next_tools("search", {"q": "x"})
+    assert (acme_open.tool, acme_open.args) == ("open", {"path": "<path>"})
+    [globex_open] = globex.suggest_next_tools("search", {"q": "x"})
+    assert acme_open.macro_id != globex_open.macro_id
+    with key_for(admin, served, can=EVERY_RIGHT) as default:
+        assert [t.name for t in default.tasks()] == ["standup"]
+        assert default.suggest_next_tools("search") == []
+        for call, target in (("pause_task", mine[0].id), ("delete_task", mine[0].id),
+                             ("task", mine[0].id), ("use_macro", acme_open.macro_id)):
+            with pytest.raises(NotFound):
+                getattr(default, call)(target)
+        with pytest.raises(NotFound):
+            acme.pause_task(default.tasks()[0].id)
     with pytest.raises(NotFound):
-        acme.pause_task(task_id)
+        acme.use_macro(globex_open.macro_id)
+    acme.pause_task(mine[0].id)
+    acme.use_macro(acme_open.macro_id)
+    acme.flush()
+    assert acme.task(mine[0].id).is_paused
+    assert not globex.task(theirs[0].id).is_paused
+    assert {t.name for t in admin.tasks()} >= {"standup", "acme\x1fnightly",
+                                                "globex\x1fnightly"}
+
+
+def test_a_tenants_feed_shows_its_own_tasks_and_macros_in_its_names(
+        admin: RemoteMemoryClient, served: Served, acme: RemoteMemoryClient,
+        globex: RemoteMemoryClient) -> None:
+    acme.delete_task(acme.tasks()[0].id)
+    acme.use_macro(acme.suggest_next_tools("search")[0].macro_id)
+    acme.flush()
+    seen = list(acme.changes(types=["task.*", "macro.*"], follow=False))
+    assert [c.type for c in seen] == ["task.scheduled", *["macro.observed"] * 6,
+                                      "task.deleted", "macro.used"]
+    assert {(c.data or {}).get("name") for c in seen if c.type.startswith("task.")} == {
+        "nightly"}
+    assert {(c.data or {}).get("tool") for c in seen if c.type.startswith("macro.")} == {
+        "search", "open"}
+    with key_for(admin, served, can=["read"]) as default:
+        theirs = list(default.changes(types=["task.*", "macro.*"], follow=False))
+    assert [(c.type, (c.data or {}).get("name")) for c in theirs] == [
+        ("task.scheduled", "standup")]
 
 
 def test_each_tenant_has_its_own_approvals(admin: RemoteMemoryClient, served: Served,
@@ -163,6 +205,7 @@ def test_the_writer_keeps_a_keys_events_inside_its_tenant(
         inside.append("bob-chat", "user", "into the default tenant's")
         inside.set_fact("house", "rule", "overwrites every tenant's")
         inside.schedule_task("t", "in 2 hours", "p")
+        inside.record_tool_call("acme\x1fs5", "search", {"q": "x"})
         with pytest.raises(EventsRejected) as refused:
             inside.flush()
     reasons = sorted(r.reason for r in refused.value.rejections)
@@ -170,8 +213,8 @@ def test_the_writer_keeps_a_keys_events_inside_its_tenant(
         f"message.appended: session 'globex\\x1fs1' is outside key {made.id}'s tenant acme",
         f"message.appended: session 'bob-chat' is outside key {made.id}'s tenant acme",
         f"fact.set: the default tenant's global data, outside key {made.id}'s tenant acme",
-        "task.scheduled: tasks, macros and approvals are the default tenant's, outside key "
-        f"{made.id}'s tenant acme",
+        f"task.scheduled: task 't' is outside key {made.id}'s tenant acme",
+        f"macro.observed: tool 'search' is outside key {made.id}'s tenant acme",
     ]), reasons
     assert [m.content for m in globex.history("s1")] == ["globex plans a trip to Lisbon"]
     assert ok in {m.id for m in admin.history("acme\x1fs5")}
@@ -180,10 +223,12 @@ def test_the_writer_keeps_a_keys_events_inside_its_tenant(
 # -- generated: every operation of the table, naming the other tenant's ids ---------------
 
 GLOBEX = {"session_id": "s1", "user_id": "alice", "agent_id": "a1", "category": "diet",
-          "key": "likes", "namespace": ["notes"], "prefix": ["notes"]}
+          "key": "likes", "namespace": ["notes"], "prefix": ["notes"], "tool": "search",
+          "name": "nightly"}
 """Where an argument of this name can point at globex's data (the same names as acme's)."""
 GLOBEX_CONTENT = ("globex plans", "globex has no user", "globex figs", "globex global",
-                  "globex note", "globex\\x1fs1", "globex\\x1falice")
+                  "globex note", "globex nightly", "globex query", "globex.md",
+                  "globex\\x1f")
 """What globex wrote, and its stored ids as a repr shows them (a caller's own data may hold
 the word "globex": a name it was drawn)."""
 
@@ -199,14 +244,17 @@ def globex_rows(db_path: str) -> list[object]:
             "SELECT * FROM sessions WHERE substr(session_id, 1, 7) = ? ORDER BY session_id",
             "SELECT * FROM documents WHERE substr(user_id, 1, 7) = ? ORDER BY namespace, key",
             "SELECT * FROM events WHERE substr(session_id, 1, 7) = ? ORDER BY seq",
+            "SELECT * FROM scheduled_tasks WHERE substr(name, 1, 7) = ? ORDER BY id",
+            "SELECT * FROM macros WHERE substr(trigger_tool, 1, 7) = ? ORDER BY id",
         )]
     finally:
         conn.close()
 
 
-def arguments_for(name: str, data: st.DataObject, message_id: str) -> dict[str, object]:
+def arguments_for(name: str, data: st.DataObject, ids: dict[str, object]
+                  ) -> dict[str, object]:
     given: dict[str, object] = {}
-    names = {**GLOBEX, "message_id": message_id}
+    names = {**GLOBEX, **ids}
     for parameter, _ in bodies.arguments(OPERATIONS[name]):
         if parameter.name in names:
             named = names[parameter.name]
@@ -248,10 +296,11 @@ def test_no_call_of_another_tenants_key_reaches_a_tenants_data(
     admin: RemoteMemoryClient, served: Served, config: Config, globex: RemoteMemoryClient,
     data: st.DataObject,
 ) -> None:
-    message_id = globex.history("s1")[0].id
+    ids = {"message_id": globex.history("s1")[0].id, "task_id": globex.tasks()[0].id,
+           "macro_id": globex.suggest_next_tools("search")[0].macro_id}
     before = globex_rows(config.db_path)
     name = data.draw(st.sampled_from(sorted(OPERATIONS)))
-    given = arguments_for(name, data, message_id)
+    given = arguments_for(name, data, ids)
     with caller(admin, served, data.draw(st.sampled_from(CALLERS))) as other:
         try:
             answer = getattr(other, name)(**given)

@@ -68,14 +68,25 @@ def test_run_delivers_prompt_and_records_fired(installed: Config, broker: redis.
     result = run_task(job())
     assert result["status"] == "fired"
     [entry] = agent_inbox(broker)
-    assert entry == {"task_id": "task-1", "session_id": "scheduled_task-1", "name": "standup",
-                     "prompt": "post the standup", "trusted": "true",
+    assert entry == {"task_id": "task-1", "tenant": "default", "session_id": "scheduled_task-1",
+                     "name": "standup", "prompt": "post the standup", "trusted": "true",
                      "fired_at": result["fired_at"], "scheduled_for": SLOT}
     [fired] = fired_events(broker)
     assert (fired["type"], fired["session_id"], fired["created_at"]) == (
         "task.fired", None, result["fired_at"])
     assert fired["payload"] == {"task_id": "task-1", "fired_at": result["fired_at"],
-                                "scheduled_for": SLOT}
+                                "scheduled_for": SLOT, "name": "standup"}
+
+
+def test_a_tenants_run_goes_to_a_session_of_its_tenant(installed: Config,
+                                                       broker: redis.Redis) -> None:
+    """A task's stored name names its tenant (memq.tenants); its run is that tenant's."""
+    run_task(job(name="acme\x1fstandup"))
+    [entry] = agent_inbox(broker)
+    assert (entry["tenant"], entry["session_id"], entry["name"]) == (
+        "acme", "acme\x1fscheduled_task-1", "acme\x1fstandup")
+    [fired] = fired_events(broker)
+    assert fired["payload"]["name"] == "acme\x1fstandup"
 
 
 def test_a_slot_is_delivered_once(installed: Config, broker: redis.Redis) -> None:
@@ -114,8 +125,9 @@ def test_handler_gets_the_delivery(config: Config, broker: redis.Redis) -> None:
         result = run_task(job(trusted=False))
     calls = task_handlers.CALLS
     assert calls == [
-        {"task_id": "task-1", "session_id": "scheduled_task-1", "name": "standup",
-         "prompt": "post the standup", "trusted": False, "fired_at": result["fired_at"],
+        {"task_id": "task-1", "tenant": "default", "session_id": "scheduled_task-1",
+         "name": "standup", "prompt": "post the standup", "trusted": False,
+         "fired_at": result["fired_at"],
          "scheduled_for": SLOT},
     ]
     assert "handler_error" not in fired_events(broker)[0]["payload"]
