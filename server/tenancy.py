@@ -55,13 +55,17 @@ OWN_TENANT = frozenset({"sessions", "allowed_prefixes", "is_command_allowed"})
 
 
 def refuse_stored_ids(op: Operation, given: Mapping[str, Any]) -> None:
-    """ValidationError if an id or name the caller sends holds the tenant separator."""
+    """ValidationError if an id or name the caller sends holds the tenant separator, or
+    one mapped into the tenant is blank (inside a tenant, the empty name is its
+    pseudo-user's, :func:`memq.tenants.everyone`)."""
     own = OWN_NAMES.get(op.name)
     for call in _calls(op, given):
         for name in (*MAPPED, *UNMAPPED_IDS, *((own,) if own else ())):
             value = call.get(name)
             if isinstance(value, str) and tenants.SEPARATOR in value:
                 raise ValidationError(f"{name} contains a control character")
+            if isinstance(value, str) and not value.strip() and name not in UNMAPPED_IDS:
+                raise ValidationError(f"{name} must not be empty")
 
 
 def refuse_other_tenants(tenant: str, op: Operation, given: Mapping[str, Any],

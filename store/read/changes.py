@@ -125,6 +125,8 @@ def _nobodys_in(tenant: str, change: Change) -> Change | None:
     its name (none, logged before tenants: the default's)."""
     data = change.data or {}
     own = _OWN_NAMES.get(_kind(change))
+    if own is not None and change.data is None:
+        return None  # erased with its name: whose it was is no longer known, so no key's
     if change.type.startswith("prefix."):
         mine = data.get("tenant", tenants.DEFAULT) == tenant
     elif own is not None and isinstance(data.get(own), str):

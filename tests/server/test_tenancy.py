@@ -309,3 +309,38 @@ def test_no_call_of_another_tenants_key_reaches_a_tenants_data(
         other.flush()
     assert not any(marker in repr(answer) for marker in GLOBEX_CONTENT), (name, given, answer)
     assert globex_rows(config.db_path) == before, (name, given)
+
+
+def test_an_erased_macro_use_is_no_keys_change(admin: RemoteMemoryClient, served: Served,
+                                               acme: RemoteMemoryClient) -> None:
+    """A use of a macro that only a forgotten session taught is erased with its name: no
+    key's feed shows it (it once fell to the default tenant, as if logged before tenants)."""
+    for _ in range(3):
+        acme.record_tool_call("s9", "deploy", {"q": "x"})
+        acme.record_tool_call("s9", "rollback", {"p": "y"})
+    acme.flush()
+    used = acme.use_macro(acme.suggest_next_tools("deploy")[0].macro_id)
+    acme.flush()
+    forgotten = acme.forget_session("s9")
+    acme.flush()
+    acme.wait_forgotten(forgotten)
+    with key_for(admin, served, can=["read"]) as default:
+        theirs = default.changes_page(types=["macro.used"], limit=1000).changes
+    mine = acme.changes_page(types=["macro.used"], limit=1000).changes
+    assert used not in {c.id for c in [*theirs, *mine]}
+    assert used in {c.id for c in admin.changes_page(types=["macro.used"]).changes}
+
+
+@pytest.mark.parametrize("call", [
+    lambda key: key.schedule_task(" ", "in 2 hours", "p"),
+    lambda key: key.record_tool_call("s1", "", {}),
+    lambda key: key.suggest_next_tools(""),
+    lambda key: key.append("", "user", "x"),
+    lambda key: key.facts(user_id=""),
+])
+def test_a_blank_name_is_refused_in_every_tenant(acme: RemoteMemoryClient,
+                                                 call: object) -> None:
+    """Inside a tenant the empty name is its pseudo-user's (its global data): a key may not
+    name it, as a default tenant's key may not name an empty id."""
+    with pytest.raises(ValidationError, match="must not be empty"):
+        call(acme)  # type: ignore[operator]
