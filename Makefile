@@ -15,10 +15,12 @@ run: bootstrap
 
 # The suite mostly waits (on Redis, on processes it starts and stops, on fsync), so it runs
 # in more processes than cores; each takes ports from a range of its own (memq/testing.py).
+# worksteal: a worker that runs out takes tests from another's share, so the few long
+# tests (the benches' smoke runs, the failover) do not end the run on one busy worker.
 TEST_WORKERS ?= 4
 
 test: bootstrap-dev chromium docs
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The documentation site (docs/, mkdocs.yml): --strict, so a broken link fails the build.
 docs: bootstrap-dev

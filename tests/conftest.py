@@ -14,7 +14,7 @@ import redis
 
 from memq import MemoryClient, acl
 from memq.authority import Role
-from memq.config import Config, EmbedConfig, RetrievalConfig
+from memq.config import Config, EmbedConfig, RetrievalConfig, WriterConfig
 from memq.testing import RedisServer, WriterThread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +62,9 @@ def config(redis_url: str, tmp_path: Path) -> Config:
         db_path=str(tmp_path / "memq.db"),
         embed=EmbedConfig(model_dir=str(MODEL_DIR)),
         retrieval=RetrievalConfig(profile="tri-hybrid"),
+        # A writer stops once its blocking reads return: most tests stop one, and at the
+        # default 200 ms that wait was a fifth of the suite's time.
+        writer=WriterConfig(block_ms=20),
     )
 
 

@@ -19,12 +19,12 @@ NUMBER = r"([\d.]+)"
 def test_the_embed_bench_prints_raw_one_and_n_workers_and_the_model_share() -> None:
     env = {**os.environ, "MEMQ_EMBED_MODEL_DIR": str(MODEL_DIR)}
     done = subprocess.run(
-        [sys.executable, "bench/embed.py", "--mix", "agent", "--messages", "24",
+        [sys.executable, "bench/embed.py", "--mix", "agent", "--messages", "12",
          "--workers", "2"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
-    assert re.search(r"--mix agent: 24 messages \(.*tool outputs.*\); \d+ distinct", out)
+    assert re.search(r"--mix agent: 12 messages \(.*tool outputs.*\); \d+ distinct", out)
     assert re.search(rf"\| raw fastembed, arrival order \| {NUMBER} \| 1.00 \|", out)
     for label in ("pipeline, 1 worker", "pipeline, 2 workers"):
         row = re.search(rf"\| {label} \| {NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER} "

@@ -51,7 +51,9 @@ def serving(config: Config, role_urls: dict[Role, str], directory: Path,
     try:
         yield Served(f"http://127.0.0.1:{port}", tokens, bases)
     finally:
-        server.should_exit = True
+        # Not graceful: a test's clients are closed by now, and waiting out uvicorn's
+        # shutdown ticks for each test adds up.
+        server.should_exit = server.force_exit = True
         thread.join()
         for base in bases.values():
             base.close()
