@@ -101,6 +101,7 @@ bench: bootstrap-dev
 	$(BIN)/python bench/freshness.py
 	$(BIN)/python bench/aio.py
 	$(BIN)/python bench/forget.py
+	$(BIN)/python bench/forget_stall.py
 	$(BIN)/python bench/unindex.py
 	$(BIN)/python bench/embed.py
 	$(BIN)/python bench/consolidate.py

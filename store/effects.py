@@ -48,22 +48,31 @@ class Effects:
     tombstoned: set[int] = field(default_factory=set)
     """Positions of events of this batch made tombstones in it: they changed nothing."""
 
+    erasing: bool = False
+    """A forget of this batch is erased in steps from now on
+    (store/projections/erasure_steps.py): the writer has steps to run."""
+
     def clear(self) -> None:
         self.embed.clear()
         self.tasks_changed.clear()
         self.consolidate.clear()
         self.erased.clear()
         self.tombstoned.clear()
+        self.erasing = False
 
-    def mark(self) -> tuple[int, frozenset[str], int, int, frozenset[int]]:
+    def mark(self) -> Mark:
         """Where the effects stand now, for :meth:`undo_since` when an event is rolled back."""
         return (len(self.embed), frozenset(self.tasks_changed), len(self.consolidate),
-                len(self.erased), frozenset(self.tombstoned))
+                len(self.erased), frozenset(self.tombstoned), self.erasing)
 
-    def undo_since(self, mark: tuple[int, frozenset[str], int, int, frozenset[int]]) -> None:
-        embed, tasks, consolidate, erased, tombstoned = mark
+    def undo_since(self, mark: Mark) -> None:
+        embed, tasks, consolidate, erased, tombstoned, erasing = mark
         del self.embed[embed:]
         self.tasks_changed.intersection_update(tasks)
         del self.consolidate[consolidate:]
         del self.erased[erased:]
         self.tombstoned.intersection_update(tombstoned)
+        self.erasing = erasing
+
+
+Mark = tuple[int, frozenset[str], int, int, frozenset[int], bool]

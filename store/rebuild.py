@@ -19,7 +19,7 @@ from memq.errors import StoreError
 from memq.store import lexical, schema
 from memq.store.connection import open_connection
 from memq.store.effects import Effects
-from memq.store.projections import apply_event
+from memq.store.projections import apply_event, erasure_steps
 from memq.store.write.lock import WriterLock
 from memq.store.write.log import read_events
 
@@ -32,6 +32,8 @@ def replay(cur: apsw.Cursor, source: apsw.Connection, progress: Progress | None 
     count = 0
     for seq, event in read_events(source):
         apply_event(cur, event, seq, effects)
+        if effects.erasing:  # what the live writer's steps did before the next forget
+            erasure_steps.drain(cur, effects, applied=seq)
         effects.clear()
         count += 1
         if progress is not None and count % 1000 == 0:
@@ -73,6 +75,12 @@ def check(db_path: str | os.PathLike[str], limit: int = 10) -> list[str]:
         raise StoreError(
             f"{db_path} is not migrated ({len(waiting)} migrations pending, from "
             f"{waiting[0].name}): run `memq migrate` (or start the writer) first")
+    erasing = int(source.execute("SELECT count(*) FROM erasing").get or 0)
+    if erasing:  # the projections still hold what the forget hid: they differ until it ends
+        source.close()
+        return [f"erasing: a forget is still being erased in steps ({erasing} sessions "
+                "left, store/projections/erasure_steps.py); check again once the writer "
+                "has finished it"]
     directory = Path(db_path).resolve().parent
     with tempfile.TemporaryDirectory(prefix=".memq-rebuild-", dir=directory) as tmp:
         scratch = open_connection(Path(tmp) / "rebuild.db")

@@ -26,7 +26,7 @@ PROJECTION_TABLES = (
     "messages", "facts", "macros", "scheduled_tasks", "terminal_allowed_prefixes",
     "macro_next_args", "macro_last_calls",
     "summary_sources", "sessions", "documents", "api_keys", "fact_versions",
-    "webhooks",
+    "webhooks", "erasing",
 )
 """Tables rebuilt from the log by ``memq rebuild``; everything else is log or bookkeeping.
 

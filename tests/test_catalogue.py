@@ -10,7 +10,7 @@ import pytest
 
 from memq.authority import RIGHTS
 from memq.events import SCHEMAS, EventType
-from memq.store.projections import APPLIERS, BATCH_APPLIERS, forgetting
+from memq.store.projections import APPLIERS, BATCH_APPLIERS, erasing, forgetting
 from memq.store.rebuild import replay
 
 TYPES = sorted(EventType)
@@ -44,7 +44,7 @@ def _types_in(statement: str) -> set[str]:
 def test_the_erasure_statements_name_exactly_the_types_the_catalogue_says() -> None:
     by = {how: {t for t, rule in forgetting.ERASURE.items() if rule == how}
           for how in (forgetting.BY_MESSAGE, forgetting.BY_USER)}
-    assert _types_in(forgetting._TOMBSTONE_RESULTS) == by[forgetting.BY_MESSAGE]
+    assert _types_in(erasing.TOMBSTONE_RESULTS) == by[forgetting.BY_MESSAGE]
     assert (_types_in(forgetting._TOMBSTONE_FACTS) | _types_in(forgetting._TOMBSTONE_DOCUMENTS)
             == by[forgetting.BY_USER])
 

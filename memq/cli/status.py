@@ -216,6 +216,8 @@ def _database_lines(database: dict[str, Any]) -> list[str]:
         *_backlog_lines(m),
         f"rejected  {database['rejected']} events set aside"
         + (" (see `memq rejected list`)" if database["rejected"] else ""),
+        *([f"forgets   {database['erasing']} sessions hidden, still being erased in steps"]
+          if database.get("erasing") else []),
         f"facts     {database['facts']}",
         f"tasks     {database['tasks']}" + (", due next:" if database["tasks_due"] else ""),
     ]

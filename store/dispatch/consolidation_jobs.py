@@ -42,6 +42,7 @@ from memq.errors import BrokerError, FlushTimeout
 from memq.logs import log
 from memq.store.dispatch import job_liveness
 from memq.store.effects import ConsolidationRequest, Effects
+from memq.store.read.hidden import visible
 
 logger = logging.getLogger("memq.writer")
 
@@ -55,10 +56,10 @@ PLANNED_TTL_S = 3600
 """How long the outcome of a planned pass stays readable (``memq consolidate --wait``)."""
 
 
-_SELECT = """
+_SELECT = f"""
     SELECT m.session_id, m.id, m.role, m.content, m.created_at FROM messages AS m
     WHERE m.consolidated_at IS NULL AND m.created_at < :cutoff
-      AND (:session IS NULL OR m.session_id = :session)
+      AND (:session IS NULL OR m.session_id = :session) AND {visible("m")}
       AND NOT EXISTS (SELECT 1 FROM summary_sources AS s WHERE s.summary_id = m.id)
     ORDER BY m.session_id, m.created_at, m.seq
 """

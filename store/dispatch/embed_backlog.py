@@ -39,6 +39,7 @@ from memq.store.dispatch import embed_jobs
 from memq.store.dispatch.embed_jobs import Message
 from memq.store.effects import Effects
 from memq.store.read.embedding_backlog import EMBEDDABLE
+from memq.store.read.hidden import visible
 from memq.store.write.background import Background
 from memq.store.write.writer import Writer
 
@@ -95,7 +96,8 @@ def _pages(
     while True:
         rows = conn.execute(
             f"""SELECT id, content, seq FROM messages
-                WHERE {where} AND seq > ? AND seq <= ? ORDER BY seq LIMIT {PAGE_SIZE}""",
+                WHERE {where} AND seq > ? AND seq <= ? AND {visible()}
+                ORDER BY seq LIMIT {PAGE_SIZE}""",
             (*params, after, up_to_seq),
         ).fetchall()
         for mid, content, _ in rows:

@@ -63,4 +63,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0029_webhooks", p.webhooks),
     Migration("0030_tenant_approvals", p.tenant_approvals),
     Migration("0031_webhook_tenants", p.webhook_tenants),
+    Migration("0032_erasing", m.erasing),
 ]

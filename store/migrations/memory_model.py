@@ -360,3 +360,14 @@ def create_fact_versions(cur: apsw.Cursor) -> None:
         CREATE INDEX IF NOT EXISTS fact_versions_by_key
             ON fact_versions(ifnull(user_id, ''), category, key, valid_from);
     """)
+
+
+def erasing(cur: apsw.Cursor) -> None:
+    # A big forget hides its sessions' messages at once and erases them in bounded steps
+    # (store/projections/erasure_steps.py): one row per session and forget, until done.
+    cur.execute("""
+        CREATE TABLE erasing (
+            session_id TEXT NOT NULL,
+            by_seq     INTEGER NOT NULL,
+            PRIMARY KEY (session_id, by_seq)
+        ) WITHOUT ROWID""")

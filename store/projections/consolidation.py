@@ -34,7 +34,7 @@ from memq.events import MAX_SUMMARY_SOURCES, Event, EventType, check_proposed_fa
 from memq.logs import log
 from memq.store.effects import ConsolidationRequest, Effects
 from memq.store.projections.base import Applier
-from memq.store.projections.forgetting import erased_by, tombstone
+from memq.store.projections.erasing import erased_by, tombstone
 from memq.store.projections.messages import insert_message
 
 logger = logging.getLogger("memq.writer")

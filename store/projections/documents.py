@@ -8,7 +8,7 @@ rebuild from the log gives the same rows; readers also skip what has expired sin
 
 A document deleted or expired leaves no value behind: its earlier events (every put
 holds a value and maybe a vector) become tombstones, as a forget's do
-(``forgetting.TOMBSTONE``, ``erased_by`` the event that deleted or expired it). A rebuild
+(``erasing.TOMBSTONE``, ``erased_by`` the event that deleted or expired it). A rebuild
 skips them, never creates the document, and gives the same rows. A value overwritten by
 a later put stays in the log until its document goes: the document keeps the time of
 its first put (``created_at``), which a rebuild reads from that event.
@@ -27,7 +27,7 @@ from memq.events import Event, EventType
 from memq.store import vectors
 from memq.store.effects import Effects
 from memq.store.projections.base import Applier
-from memq.store.projections.forgetting import TOMBSTONE
+from memq.store.projections.erasing import TOMBSTONE
 
 # Word for word the expression of the unique index documents_by_key (migration 0018).
 _KEY = "ifnull(user_id, '') = ifnull(:user, '') AND namespace = :namespace AND key = :key"

@@ -47,39 +47,30 @@ content.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import apsw
-import orjson
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
-from memq.store import lexical
 from memq.store.effects import Effects, Erasure
+from memq.store.projections import erasure_steps
 from memq.store.projections.base import Applier
+from memq.store.projections.erasing import (
+    TOMBSTONE,
+    TOMBSTONE_SEQS,
+    Doomed,
+    erase,
+    forget_rejected,
+    json_list,
+)
 from memq.store.projections.fact_versions import forget_user as forget_versions
-from memq.store.projections.macros import relearn
 from memq.store.projections.sessions import subtract
-
-TOMBSTONE = "{}"
-"""The payload a forgotten event keeps."""
+from memq.store.read.hidden import visible
 
 _EACH = "(SELECT value FROM json_each(?))"
 
-_TOMBSTONE_SESSIONS = f"""
-    UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
-    WHERE session_id IN (SELECT value FROM json_each(:sessions)) AND seq < :by
-      AND erased_by IS NULL
-    RETURNING seq, type"""
-# The expression and WHERE terms of the index events_by_message, word for word. Named:
-# without statistics the planner preferred events_by_type, which decodes the payload of
-# every embedding event of every user (3x slower for one user among three).
-_TOMBSTONE_RESULTS = f"""
-    UPDATE events INDEXED BY events_by_message SET payload = '{TOMBSTONE}', erased_by = :by
-    WHERE json_extract(payload, '$.message_id') IN (SELECT value FROM json_each(:ids))
-      AND type IN ('message.embedded', 'message.embedding_failed') AND erased_by IS NULL"""
-# ... and of the index events_fact_history.
+# The expression and WHERE terms of the index events_fact_history.
 _TOMBSTONE_FACTS = f"""
     UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
     WHERE json_extract(payload, '$.user_id') = :user
@@ -103,10 +94,6 @@ _TOMBSTONE_SUMMARIES = f"""
                   WHERE s.value = :message OR (events.seq > :after
                       AND s.value IN (SELECT value FROM json_each(:freed))))
     RETURNING seq"""
-_TOMBSTONE_SEQS = f"""
-    UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
-    WHERE seq IN (SELECT value FROM json_each(:seqs)) AND erased_by IS NULL
-    RETURNING seq"""
 _KEEP_POSITIONS = f"""
     INSERT OR IGNORE INTO erased_messages (message_id, erased_by, session_id, user_id,
         agent_id, seq)
@@ -119,35 +106,39 @@ _DELETE_SESSIONS = """
     DELETE FROM sessions WHERE user_id = :user OR (
         user_id IS NULL AND last_active_at IS NULL
         AND session_id IN (SELECT session_id FROM erased_messages WHERE erased_by = :by))"""
-# Rejected entries are raw bytes, maybe not JSON: only those that parse and name what
-# goes are deleted.
-_REJECTED = """
-    DELETE FROM rejected_events WHERE json_valid(CAST(raw AS TEXT)) AND (
-        json_extract(CAST(raw AS TEXT), '$.session_id')
-            IN (SELECT value FROM json_each(:sessions))
-        OR json_extract(CAST(raw AS TEXT), '$.payload.message_id')
-            IN (SELECT value FROM json_each(:ids))
-        OR (:user IS NOT NULL AND json_extract(CAST(raw AS TEXT), '$.payload.user_id') = :user))"""
 
 
 def apply_session_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     session = str(event.session_id)
     row = cur.execute("SELECT user_id FROM sessions WHERE session_id = ?", (session,)).fetchone()
-    doomed = _messages(cur, "session_id = ?", session)
-    counts = _erase(cur, [session], doomed, seq, effects)
+    if erasure_steps.deferred(cur, [session], seq, effects):
+        doomed, counts = None, (0, 0)
+        cur.execute(f"DELETE FROM macro_last_calls WHERE session_id IN {_EACH}",
+                    (json_list([session]),))
+        forget_rejected(cur, [session], [], None)
+    else:
+        doomed = _messages(cur, "session_id = ?", session)
+        counts = erase(cur, [session], doomed, seq, effects)
     # The session keeps only its mark (moved to this event once the applier returns), so
     # every process sees that it changed; its owner, times and counts go.
     cur.execute("DELETE FROM sessions WHERE session_id = ?", (session,))
     _record(cur, event, seq, ("session", session, None if row is None else row[0]), counts)
-    effects.erased.append(Erasure(event.id, seq, tuple(doomed.ids)))
+    if doomed is not None:  # else once its last step is done (erasure_steps.py)
+        effects.erased.append(Erasure(event.id, seq, tuple(doomed.ids)))
 
 
 def apply_user_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     user = check_identifier("user_id", event.payload["user_id"], error=InvalidEvent)
     sessions = [str(r[0]) for r in cur.execute(
         "SELECT session_id FROM sessions WHERE user_id = ?", (user,))]
-    doomed = _messages(cur, "user_id = ?", user)
-    messages, events = _erase(cur, sessions, doomed, seq, effects, user)
+    if erasure_steps.deferred(cur, sessions, seq, effects):
+        doomed, (messages, events) = None, (0, 0)
+        cur.execute(f"DELETE FROM macro_last_calls WHERE session_id IN {_EACH}",
+                    (json_list(sessions),))
+        forget_rejected(cur, sessions, [], user)
+    else:
+        doomed = _messages(cur, "user_id = ?", user)
+        messages, events = erase(cur, sessions, doomed, seq, effects, user)
     cur.execute("DELETE FROM facts WHERE user_id = ?", (user,))
     forget_versions(cur, user)
     cur.execute(_TOMBSTONE_FACTS, {"by": seq, "user": user})
@@ -159,7 +150,8 @@ def apply_user_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effe
     # mark gone, which is a change too.
     cur.execute(_DELETE_SESSIONS, {"user": user, "by": seq})
     _record(cur, event, seq, ("user", None, user), (messages, events))
-    effects.erased.append(Erasure(event.id, seq, tuple(doomed.ids)))
+    if doomed is not None:  # else once its last step is done (erasure_steps.py)
+        effects.erased.append(Erasure(event.id, seq, tuple(doomed.ids)))
 
 
 def apply_message_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effects
@@ -193,8 +185,9 @@ class _Target:
 
 
 def _target(cur: apsw.Cursor, session: str, message: str) -> _Target | None:
-    """The message and its summary; None unless the message is one of ``session``'s."""
-    if cur.execute("SELECT 1 FROM messages WHERE id = ? AND session_id = ?",
+    """The message and its summary; None unless the message is one of ``session``'s (and
+    not one a forget is erasing already: store/projections/erasure_steps.py)."""
+    if cur.execute(f"SELECT 1 FROM messages WHERE id = ? AND session_id = ? AND {visible()}",
                    (message, session)).get is None:
         return None
     summary = cur.execute("SELECT summary_id FROM summary_sources WHERE source_id = ?",
@@ -214,15 +207,15 @@ def _target(cur: apsw.Cursor, session: str, message: str) -> _Target | None:
 def _erase_message(cur: apsw.Cursor, session: str, target: _Target, seq: int,
                    effects: Effects) -> tuple[int, int]:
     """Erase the message and its summary; returns (messages, events) erased."""
-    ids = _json(list(target.ids))
+    ids = json_list(list(target.ids))
     doomed = _messages(cur, f"id IN {_EACH}", ids)
     # With position and owner (for a rebuild: store/projections/sessions.py); _erase's
     # plain rows for the same ids are then ignored.
     cur.execute(_KEEP_POSITIONS, (seq, ids))
     events = _tombstone_origins(cur, session, target, doomed.seqs, seq, effects)
-    messages, results = _erase(cur, [], doomed, seq, effects)
+    messages, results = erase(cur, [], doomed, seq, effects)
     cur.execute(f"UPDATE messages SET consolidated_at = NULL WHERE id IN {_EACH}",
-                (_json(target.freed),))
+                (json_list(target.freed),))
     return messages, events + results
 
 
@@ -232,91 +225,19 @@ def _tombstone_origins(cur: apsw.Cursor, session: str, target: _Target, seqs: li
     that name the message, or, after the summary, one of its freed sources (see the
     docstring); returns how many."""
     summaries = {"by": seq, "session": session, "message": target.message,
-                 "freed": _json(target.freed), "after": target.summary_seq}
+                 "freed": json_list(target.freed), "after": target.summary_seq}
     gone = [int(r[0]) for r in cur.execute(_TOMBSTONE_SUMMARIES, summaries)]
-    gone += [int(r[0]) for r in cur.execute(_TOMBSTONE_SEQS, {"by": seq, "seqs": _json(seqs)})]
+    gone += [int(r[0]) for r in cur.execute(TOMBSTONE_SEQS,
+                                            {"by": seq, "seqs": json_list(seqs)})]
     effects.tombstoned.update(gone)
     return len(gone)
 
 
-@dataclass(frozen=True)
-class _Doomed:
-    """The messages a forget erases: their ids, their seqs (the lexical index's keys), and
-    the condition that selected them, which deletes them too."""
-
-    ids: list[str]
-    seqs: list[int]
-    where: str
-    value: str
-
-
-def _messages(cur: apsw.Cursor, where: str, value: str) -> _Doomed:
+def _messages(cur: apsw.Cursor, where: str, value: str) -> Doomed:
     # One read gives both keys (the id for the log and Redis, the seq for the index).
     rows: list[tuple[str, int]] = cur.execute(  # type: ignore[assignment]  # by the schema
         f"SELECT id, seq FROM messages WHERE {where}", (value,)).fetchall()
-    return _Doomed([r[0] for r in rows], [r[1] for r in rows], where, value)
-
-
-def _erase(
-    cur: apsw.Cursor, sessions: list[str], doomed: _Doomed, seq: int, effects: Effects,
-    user: str | None = None,
-) -> tuple[int, int]:
-    """Delete the messages and tombstone the events; returns (messages, events) erased."""
-    ids = doomed.ids
-    sessions_json, ids_json = _json(sessions), _json(ids)
-    if ids:
-        lexical.unindex(cur, doomed.seqs)
-        # With the session: a user's forget replayed on a rebuild finds the sessions it
-        # emptied by it (_DELETE_SESSIONS).
-        cur.execute("INSERT OR IGNORE INTO erased_messages (message_id, erased_by, session_id) "
-                    f"SELECT id, ?, session_id FROM messages WHERE id IN {_EACH}",
-                    (seq, ids_json))
-        cur.execute(f"DELETE FROM summary_sources WHERE source_id IN {_EACH} "
-                    f"OR summary_id IN {_EACH}", (ids_json, ids_json))
-        # By the condition that found them, through its index: the same rows, without a
-        # seek per id in the primary key.
-        cur.execute(f"DELETE FROM messages WHERE {doomed.where}", (doomed.value,))
-    erased: list[tuple[int, str]] = cur.execute(  # type: ignore[assignment]  # by the SQL
-        _TOMBSTONE_SESSIONS, {"by": seq, "sessions": sessions_json}).fetchall()
-    effects.tombstoned.update(position for position, _ in erased)
-    types = Counter(etype for _, etype in erased)
-    cur.execute(_TOMBSTONE_RESULTS, {"by": seq, "ids": ids_json})
-    events = sum(types.values()) + cur.getconnection().changes()
-    cur.execute(f"DELETE FROM macro_last_calls WHERE session_id IN {_EACH}", (sessions_json,))
-    if types[EventType.MACRO_OBSERVED] or types[EventType.MACRO_USED]:
-        events += relearn_macros(cur, seq)
-    cur.execute(_REJECTED, {"sessions": sessions_json, "ids": ids_json, "user": user})
-    _forget_legacy_rows(cur, sessions_json, ids_json)
-    if ids:
-        _drop_pending_embeddings(effects, set(ids))
-    return len(ids), events
-
-
-def relearn_macros(cur: apsw.Cursor, seq: int) -> int:
-    """Learn the macros again without the forgotten calls (what a rebuild will learn), for
-    the erasing event at ``seq`` (a forget, or retention).
-
-    A recorded use of a macro that only forgotten calls had taught no longer names one: it
-    is tombstoned too. Returns how many such uses were.
-    """
-    unused: list[int] = []
-    relearn(cur, refused=unused.append, before=seq)
-    cur.execute(f"UPDATE events SET payload = '{TOMBSTONE}', erased_by = ? "
-                f"WHERE seq IN {_EACH}", (seq, _json(unused)))
-    return len(unused)
-
-
-def _forget_legacy_rows(cur: apsw.Cursor, sessions_json: str, ids_json: str) -> None:
-    # The seed's messages table is kept, renamed, by the upgrade (store/legacy.py).
-    if cur.execute("SELECT 1 FROM sqlite_master WHERE name = 'legacy_messages'").fetchone():
-        cur.execute(f"DELETE FROM legacy_messages WHERE session_id IN {_EACH} "
-                    f"OR id IN {_EACH}", (sessions_json, ids_json))
-
-
-def _drop_pending_embeddings(effects: Effects, ids: set[str]) -> None:
-    """Messages appended earlier in this batch must not be sent to the embedder with their
-    text once the batch commits: the job would carry what was just forgotten."""
-    effects.embed[:] = [(mid, text) for mid, text in effects.embed if mid not in ids]
+    return Doomed([r[0] for r in rows], [r[1] for r in rows], where, value)
 
 
 def _record(cur: apsw.Cursor, event: Event, seq: int, what: tuple[str, str | None, str | None],
@@ -326,25 +247,6 @@ def _record(cur: apsw.Cursor, event: Event, seq: int, what: tuple[str, str | Non
         """INSERT OR IGNORE INTO erasures (seq, event_id, kind, session_id, user_id,
                created_at, messages, events) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
         (seq, event.id, *what, event.created_at, *counts))
-
-
-def _json(values: list[str] | list[int]) -> str:
-    return orjson.dumps(values).decode()
-
-
-def erased_by(cur: apsw.Cursor, message_ids: list[str]) -> int | None:
-    """The forget that erased any of these messages, if one did (for late results)."""
-    row = cur.execute(
-        f"SELECT max(erased_by) FROM erased_messages WHERE message_id IN {_EACH}",
-        (_json(message_ids),)).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
-
-
-def tombstone(cur: apsw.Cursor, seq: int, by: int, effects: Effects) -> None:
-    """Empty one event that arrived about forgotten data (a late result), in the log."""
-    cur.execute(f"UPDATE events SET payload = '{TOMBSTONE}', erased_by = ? WHERE seq = ?",
-                (by, seq))
-    effects.tombstoned.add(seq)
 
 
 T = EventType

@@ -13,8 +13,9 @@ from memq.events import MAX_EMBEDDING_DIM, Event, EventType
 from memq.store import lexical, vectors
 from memq.store.effects import Effects
 from memq.store.projections.base import Applier, BatchApplier
-from memq.store.projections.forgetting import erased_by, tombstone
+from memq.store.projections.erasing import erased_by, tombstone
 from memq.store.projections.sessions import claim as claim_owners
+from memq.store.read.hidden import visible
 from memq.store.write import bulk
 
 _INSERT = """
@@ -138,9 +139,9 @@ def apply_embedded(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
     # The same model's vector twice (a retried job) changes nothing: no message is
     # embedded twice. A different model's vector replaces the old one (a re-embedding).
     cur.execute(
-        """UPDATE messages SET embedding = ?, embedding_model = ?, embedding_dim = ?,
+        f"""UPDATE messages SET embedding = ?, embedding_model = ?, embedding_dim = ?,
                embedding_error = NULL, embedded_seq = ?
-           WHERE id = ? AND (embedding IS NULL OR embedding_model IS NOT ?)""",
+           WHERE id = ? AND (embedding IS NULL OR embedding_model IS NOT ?) AND {visible()}""",
         (blob, p["model"], p["dim"], seq, p["message_id"], p["model"]),
     )
     if cur.getconnection().changes() == 0:
@@ -153,8 +154,8 @@ def apply_embedding_failed(cur: apsw.Cursor, event: Event, seq: int, effects: Ef
     # A failure to re-embed with a new model is recorded even though the old model's
     # vector stays: otherwise the reconcile pass would retry that message forever.
     cur.execute(
-        """UPDATE messages SET embedding_error = ?
-           WHERE id = ? AND (embedding IS NULL OR embedding_model IS NOT ?)""",
+        f"""UPDATE messages SET embedding_error = ?
+           WHERE id = ? AND (embedding IS NULL OR embedding_model IS NOT ?) AND {visible()}""",
         (p["error"], p["message_id"], p["model"]),
     )
     if cur.getconnection().changes() == 0:
@@ -164,8 +165,10 @@ def apply_embedding_failed(cur: apsw.Cursor, event: Event, seq: int, effects: Ef
 def _require_message(cur: apsw.Cursor, message_id: str, seq: int, effects: Effects) -> None:
     """Refuse a result for a message that does not exist, unless it was forgotten: a
     result still in flight then is no mistake, and its vector must not stay in the log
-    (nor among the rejected events), so the event becomes a tombstone."""
-    if cur.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchone():
+    (nor among the rejected events), so the event becomes a tombstone. So does one for a
+    message a forget is still erasing (store/projections/erasure_steps.py)."""
+    if cur.execute(f"SELECT 1 FROM messages WHERE id = ? AND {visible()}",
+                   (message_id,)).fetchone():
         return
     by = erased_by(cur, [message_id])
     if by is None:

@@ -58,7 +58,8 @@ from memq.store import lexical
 from memq.store.effects import Effects, Erasure
 from memq.store.projections.base import Applier
 from memq.store.projections.documents import expire as expire_documents
-from memq.store.projections.forgetting import TOMBSTONE, relearn_macros
+from memq.store.projections.erasing import TOMBSTONE, relearn_macros
+from memq.store.projections.erasure_steps import drain
 from memq.store.projections.sessions import recount, touch
 
 _EACH = "(SELECT value FROM json_each(:old))"
@@ -92,6 +93,9 @@ _TOMBSTONE_CALLS = f"""
 def apply_retention(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     p = event.payload
     _check_cutoffs(p)
+    # Its rules about the messages and records of earlier forgets assume them done, as
+    # they are on a rebuild: a forget still erasing in steps is finished first.
+    drain(cur, effects, applied=seq - 1)
     ids: list[str] = []
     events = 0
     if p.get("messages_before") is not None:

@@ -43,6 +43,7 @@ import orjson
 
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
+from memq.store.read.hidden import visible
 from memq.store.read.sessions import Owner
 from memq.store.write import bulk
 
@@ -69,22 +70,25 @@ _OWNERS_THEN = """
         AND e.seq < j.value AND e.erased_by > j.value
     GROUP BY j.key"""
 
-_RECOUNT = """
+_RECOUNT = f"""
     UPDATE sessions SET
         message_count = (SELECT count(*) FROM messages m WHERE m.session_id = sessions.session_id
-                         AND m.id NOT IN (SELECT summary_id FROM summary_sources)),
+                         AND m.id NOT IN (SELECT summary_id FROM summary_sources)
+                         AND {visible("m")}),
         started_at = (SELECT min(created_at) FROM messages m
-                      WHERE m.session_id = sessions.session_id),
+                      WHERE m.session_id = sessions.session_id AND {visible("m")}),
         last_active_at = (SELECT max(created_at) FROM messages m
-                          WHERE m.session_id = sessions.session_id)
+                          WHERE m.session_id = sessions.session_id AND {visible("m")})
     WHERE session_id IN (SELECT value FROM json_each(:sessions))"""
 
 # Two seeks of messages_by_session, whatever the session's length.
-_SUBTRACT = """
+_SUBTRACT = f"""
     UPDATE sessions SET
         message_count = message_count - :gone,
-        started_at = (SELECT min(created_at) FROM messages WHERE session_id = :session),
-        last_active_at = (SELECT max(created_at) FROM messages WHERE session_id = :session)
+        started_at = (SELECT min(created_at) FROM messages WHERE session_id = :session
+                      AND {visible()}),
+        last_active_at = (SELECT max(created_at) FROM messages WHERE session_id = :session
+                          AND {visible()})
     WHERE session_id = :session"""
 
 _EMPTY_LOSE_OWNER = """

@@ -45,7 +45,10 @@ class Change:
 
 _PAGE = """
     SELECT e.seq, e.event_id, e.type, e.created_at, coalesce(e.session_id, m.session_id),
-           e.payload, e.erased_by, coalesce(s.user_id, m.user_id, f.user_id),
+           e.payload, coalesce(e.erased_by, (
+               SELECT x.by_seq FROM erasing AS x
+               WHERE x.session_id = coalesce(e.session_id, m.session_id) AND e.seq < x.by_seq
+               LIMIT 1)), coalesce(s.user_id, m.user_id, f.user_id),
            coalesce(s.agent_id, m.agent_id), e.version
     FROM events AS e
     LEFT JOIN sessions AS s ON s.session_id = e.session_id
@@ -55,7 +58,8 @@ _PAGE = """
     LEFT JOIN erasures AS f ON f.seq = e.seq
     WHERE e.seq > :after ORDER BY e.seq LIMIT :limit"""
 """A change's owner: its session's; an embedding result's, its message's; a forget's, the
-one its erasure recorded (the session's row went with it)."""
+one its erasure recorded (the session's row went with it). An event a big forget is still
+erasing (``erasing``, store/read/hidden.py) shows as erased already."""
 
 
 def page(conn: apsw.Connection, after: int, limit: int) -> tuple[list[Change], int]:

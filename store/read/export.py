@@ -14,8 +14,9 @@ import apsw
 import orjson
 
 from memq.events import Event
+from memq.store.read.hidden import visible
 
-_OWN = """
+_OWN = f"""
     SELECT e.event_id, e.type, e.version, e.session_id, e.created_at, e.payload
     FROM events AS e
     WHERE e.erased_by IS NULL AND (
@@ -25,7 +26,7 @@ _OWN = """
                                                  'document.deleted', 'document.touched')
             AND json_extract(e.payload, '$.user_id') = :user)
         OR (:vectors AND e.type = 'message.embedded' AND json_extract(e.payload, '$.message_id')
-            IN (SELECT id FROM messages WHERE user_id = :user)))
+            IN (SELECT id FROM messages WHERE user_id = :user AND {visible()})))
     ORDER BY e.seq"""
 
 

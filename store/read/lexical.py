@@ -20,6 +20,7 @@ from typing import cast
 
 import apsw
 
+from memq.store.read.hidden import visible
 from memq.store.read.scope import Scope
 
 MAX_TERMS = 32
@@ -43,10 +44,10 @@ STOPWORDS = frozenset(re.split(
 ))
 """English function words: they match most turns and say little about any."""
 
-_SEARCH = """
+_SEARCH = f"""
     SELECT m.id, -bm25(messages_fts, ?, ?, ?, ?) AS score
     FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid
-    WHERE messages_fts MATCH ?
+    WHERE messages_fts MATCH ? AND {visible("m")}
     ORDER BY score DESC, m.seq DESC
     LIMIT ?"""
 

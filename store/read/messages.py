@@ -10,6 +10,7 @@ import apsw
 import orjson
 
 from memq.errors import NotFound
+from memq.store.read.hidden import visible
 from memq.store.read.scope import Scope
 from memq.store.read.summaries import NOT_A_SUMMARY
 
@@ -52,23 +53,24 @@ IMPORTANCE_WINDOW = 1000
 
 # {turns}: empty, or a condition that leaves the consolidation summaries out.
 _HISTORY = f"""SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? {{turns}}
-    ORDER BY created_at DESC, seq DESC LIMIT ?"""
+    AND {visible()} ORDER BY created_at DESC, seq DESC LIMIT ?"""
 # Keyset pages, on the index messages_by_session: (created_at, seq) is the session's order.
-_ANCHOR = "SELECT created_at, seq FROM messages WHERE id = ? AND session_id = ?"
+_ANCHOR = f"SELECT created_at, seq FROM messages WHERE id = ? AND session_id = ? AND {visible()}"
 _HISTORY_BEFORE = f"""SELECT {MESSAGE_COLUMNS} FROM messages
-    WHERE session_id = ? AND (created_at, seq) < (?, ?) {{turns}}
+    WHERE session_id = ? AND (created_at, seq) < (?, ?) {{turns}} AND {visible()}
     ORDER BY created_at DESC, seq DESC LIMIT ?"""
 _HISTORY_AFTER = f"""SELECT {MESSAGE_COLUMNS} FROM messages
-    WHERE session_id = ? AND (created_at, seq) > (?, ?) {{turns}}
+    WHERE session_id = ? AND (created_at, seq) > (?, ?) {{turns}} AND {visible()}
     ORDER BY created_at, seq LIMIT ?"""
 _IMPORTANT_BY_INDEX = f"""
     SELECT {MESSAGE_COLUMNS} FROM messages WHERE {{scope}} AND importance >= :threshold
-    ORDER BY created_at DESC, seq DESC LIMIT :limit"""
+    AND {visible()} ORDER BY created_at DESC, seq DESC LIMIT :limit"""
 _IMPORTANT_AMONG_NEWEST = f"""
     SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN (
         SELECT id FROM (
             SELECT id, importance FROM messages INDEXED BY {{index}}
-            WHERE {{scope}} ORDER BY created_at DESC, seq DESC LIMIT :window)
+            WHERE {{scope}} AND {visible()} ORDER BY created_at DESC, seq DESC
+            LIMIT :window)
         WHERE importance >= :threshold LIMIT :limit)"""
 # Row values: turns that share a timestamp (an import) are ordered by their position.
 # The next turn is the one after in the same session, whatever the scope searched.
@@ -83,8 +85,9 @@ _FOLLOWING = f"""
         SELECT id FROM messages WHERE session_id = m.session_id
             AND (created_at, seq) > (m.created_at, m.seq)
         ORDER BY created_at, seq LIMIT 1)
-    WHERE {{scope}}"""
-_BY_IDS = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN (SELECT value FROM json_each(?))"
+    WHERE {{scope}} AND {visible("m")} AND {visible("n")}"""
+_BY_IDS = f"""SELECT {MESSAGE_COLUMNS} FROM messages
+    WHERE id IN (SELECT value FROM json_each(?)) AND {visible()}"""
 _UNEMBEDDED = """SELECT count(*) FROM messages
     WHERE session_id IN (SELECT value FROM json_each(?))
     AND embedding IS NULL AND embedding_error IS NULL AND trim(content) != ''"""

@@ -180,6 +180,8 @@ def _counts(conn: Any) -> dict[str, Any]:
         "sessions": sessions,
         "rejected": _scalar(conn, "SELECT count(*) FROM rejected_events "
                                   "WHERE replayed_at IS NULL"),
+        # Sessions of big forgets hidden and still being erased in steps.
+        "erasing": _scalar(conn, "SELECT count(*) FROM erasing"),
         "facts": _scalar(conn, "SELECT count(*) FROM facts"),
         "tasks": _scalar(conn, "SELECT count(*) FROM scheduled_tasks"),
     }

@@ -13,6 +13,8 @@ from typing import Any
 
 import apsw
 
+from memq.store.read.hidden import visible
+
 TIMELINE_COLUMNS = (
     "id, session_id, role, content, created_at, importance, tool_call_id, tool_name, "
     "tool_calls_json"
@@ -55,7 +57,7 @@ def _newest(
 ) -> list[tuple[Any, ...]]:
     if limit <= 0:
         return []
-    where = f"session_id = ? AND {condition}"
+    where = f"session_id = ? AND {condition} AND {visible()}"
     params: list[Any] = [session_id]
     if before is not None:
         where += " AND (created_at, seq) < (?, ?)"

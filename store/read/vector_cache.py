@@ -31,6 +31,7 @@ import apsw
 import numpy as np
 
 from memq.store import vectors
+from memq.store.read.hidden import visible
 from memq.store.read.neighbourhoods import Neighbourhoods
 from memq.store.read.pool import ReadPool
 from memq.store.read.scope import Scope
@@ -46,12 +47,13 @@ _HIGH_WATER = "SELECT max(embedded_seq) FROM messages WHERE embedded_seq IS NOT 
 _COLUMNS = "id, embedding, embedding_model, embedding_dim, session_id, seq"
 _WHOLE_SCOPE = f"""
     SELECT {_COLUMNS} FROM messages INDEXED BY {{index}}
-    WHERE {{scope}} AND embedded_seq IS NOT NULL AND embedded_seq <= :high"""
+    WHERE {{scope}} AND embedded_seq IS NOT NULL AND embedded_seq <= :high
+      AND {visible()}"""
 # INDEXED BY: with the scope's terms in the query, the planner would otherwise walk the
 # whole scope by its own index — every row, on every refresh.
 _CHANGED_SINCE = f"""
     SELECT {_COLUMNS} FROM messages INDEXED BY messages_by_embedded_seq
-    WHERE embedded_seq > :seen AND embedded_seq <= :high AND {{scope}}"""
+    WHERE embedded_seq > :seen AND embedded_seq <= :high AND {{scope}} AND {visible()}"""
 
 
 @dataclass

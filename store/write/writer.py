@@ -43,7 +43,7 @@ from memq.events import Event
 from memq.logs import log, log_routine, redact_url
 from memq.store import schema
 from memq.store.effects import Effects
-from memq.store.projections import record_event
+from memq.store.projections import erasure_steps, record_event
 from memq.store.read.identity import database_id
 from memq.store.write import batch, positions
 from memq.store.write.background import Background
@@ -83,6 +83,10 @@ class Writer:
         """This database, as the writer claims the Redis keyspace for it (memq/identity.py)."""
         self.rebind = False
         """Take the keyspace over from another database (once: ``memq writer --rebind``)."""
+        self.erasing = erasure_steps.pending(conn)
+        """A big forget is being erased in steps (store/projections/erasure_steps.py): one
+        runs after each batch, and the loop does not wait for entries while any is left.
+        Read from the database, so a writer that restarts goes on where one stopped."""
 
     @classmethod
     def open(cls, config: Config, broker: redis.Redis) -> Writer:
@@ -127,11 +131,13 @@ class Writer:
         next_beat = 0.0
         try:
             while not stop.is_set():
-                item = prefetcher.get(timeout=0.2)
+                item = prefetcher.get(timeout=0.0 if self.erasing else 0.2)
                 if item is not None:
                     self.commit(*item, stop=stop)
-                else:
+                elif not self.erasing:
                     self._check_alive(prefetcher, stop)
+                if self.erasing:
+                    self.erasing = self._retry(self.erase_step, stop)
                 if time.monotonic() >= next_beat:
                     self._retry(self._heartbeat, stop)
                     self._retry(self.inbox.trim, stop)
@@ -249,6 +255,8 @@ class Writer:
         if not entries:
             return BatchResult()
         result = self.commit(entries, batch.decode_entries(entries, self.config.limits))
+        while self.erasing:
+            self.erasing = self.erase_step()
         self.background.wait()
         return result
 
@@ -267,6 +275,7 @@ class Writer:
             self._retry(self.inbox.repair_ids, stop)
         for hook in self.after_commit:
             self._retry(functools.partial(_follow_up, hook, result.effects), stop)
+        self.erasing = self.erasing or result.effects.erasing
         log_routine(logger, "batch committed", size=result.size, applied=result.applied,
             duplicates=result.duplicates, rejected=result.rejected,
             apply_ms=round(apply_s * 1000, 2), lag_ms=lag_ms)
@@ -309,6 +318,26 @@ class Writer:
             raise
         cur.execute("COMMIT")
         return effects
+
+    def erase_step(self) -> bool:
+        """One bounded step of a big forget, in a transaction of its own, then its
+        follow-up (after the last step: the WAL, the jobs, the outcome); whether any is
+        left. Between two steps, the next batch commits: no agent waits for the whole."""
+        effects = Effects()
+        cur = self.conn.cursor()
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            more = erasure_steps.step(cur, effects)
+            cur.execute("COMMIT")
+        except apsw.Error as exc:
+            self._rollback(cur)
+            raise StoreError(f"a step of erasing a forget not committed: {exc}") from exc
+        except BaseException:
+            self._rollback(cur)
+            raise
+        for hook in self.after_commit:
+            _follow_up(hook, effects)
+        return more
 
     # -- one batch --------------------------------------------------------------------
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 import redis
 
@@ -23,6 +25,7 @@ from memq import MemoryClient, names
 from memq.cli import main
 from memq.config import Config, ConsolidationConfig, RetrievalConfig
 from memq.errors import EventsRejected, NotFound, PermissionDenied, ValidationError
+from memq.store.projections import erasure_steps
 from memq.testing import WriterThread, run_queued_jobs, wait_committed
 from memq.workers.consolidate import request_event
 
@@ -36,6 +39,16 @@ OLD = datetime.now(UTC) - timedelta(days=3)
 def config(config: Config) -> Config:
     return config.replace(consolidation=ConsolidationConfig(
         chunk_size=4, min_chunk_chars=0, min_age_hours=1))
+
+
+@pytest.fixture(params=["at once", "in steps"])
+def erased(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A forget erased in its own transaction, or hidden and erased in steps of two
+    messages (store/projections/erasure_steps.py): the same end either way."""
+    if request.param == "in steps":
+        monkeypatch.setattr(erasure_steps, "STEP", 2)
+        monkeypatch.setattr(erasure_steps, "EVENT_STEP", 3)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -175,7 +188,7 @@ def test_the_marker_is_everywhere_before(
 
 
 def test_forget_session_leaves_no_trace(
-    config: Config, stack: tuple[MemoryClient, MemoryClient]
+    config: Config, erased: str, stack: tuple[MemoryClient, MemoryClient]
 ) -> None:
     planter, reader = stack
     plant(planter, "alice-1", "alice", "locksmith")
@@ -244,7 +257,7 @@ def test_forget_message_leaves_no_trace_of_it_and_keeps_the_rest(
 
 
 def test_forget_user_leaves_no_trace(
-    config: Config, stack: tuple[MemoryClient, MemoryClient]
+    config: Config, erased: str, stack: tuple[MemoryClient, MemoryClient]
 ) -> None:
     planter, reader = stack
     plant(planter, "alice-1", "alice")
@@ -259,6 +272,7 @@ def test_forget_user_leaves_no_trace(
     outcome = planter.wait_forgotten(planter.forget_user("alice"))
 
     assert outcome["kind"] == "user"
+    assert erased == "at once" or outcome["messages"] > erasure_steps.STEP
     assert traces(config) == []
     assert reader.sessions(user_id="alice") == []
     assert reader.get_context("alice-2", "locker code", scope="user") == []
@@ -266,6 +280,48 @@ def test_forget_user_leaves_no_trace(
     assert [f.value for f in reader.facts(user_id="alice")] == ["change codes monthly"]
     assert [s.session_id for s in reader.sessions()] == ["bob-1"]
     assert main(["rebuild", "--check", "--db", config.db_path]) == 0
+
+
+@pytest.mark.parametrize("steps_before_the_crash", [0, 2])
+def test_a_writer_stopped_mid_erasure_finishes_it_when_it_starts_again(
+    config: Config, monkeypatch: pytest.MonkeyPatch, steps_before_the_crash: int
+) -> None:
+    """The user is hidden at once; the writer stops after a few steps (none: right after
+    the forget's own commit); the next writer goes on from the database and finishes."""
+    monkeypatch.setattr(erasure_steps, "STEP", 2)
+    real_step, ran = erasure_steps.step, []
+
+    def step_then_crash(*args: Any) -> bool:
+        if len(ran) >= steps_before_the_crash:
+            return False  # as if the writer had died here: nothing more is done
+        ran.append(1)
+        return real_step(*args)
+
+    monkeypatch.setattr(erasure_steps, "step", step_then_crash)
+    with WriterThread(config), MemoryClient(config=config) as client:
+        plant(client, "alice-1", "alice")
+        forgotten = client.forget_user("alice")
+        client.flush()
+        assert client.history("alice-1") == []
+        assert client.get_context("alice-1", f"locker code {MARKER}", scope="user") == []
+    assert len(ran) == steps_before_the_crash
+    with sqlite_file(config) as conn:
+        assert conn.execute("SELECT count(*) FROM erasing").fetchone() == (1,)
+    monkeypatch.setattr(erasure_steps, "step", real_step)
+    with WriterThread(config), MemoryClient(config=config) as client:
+        outcome = client.wait_forgotten(forgotten)
+    assert outcome["messages"] == 6
+    assert traces(config) == []
+    assert main(["rebuild", "--check", "--db", config.db_path]) == 0
+
+
+@contextmanager
+def sqlite_file(config: Config) -> Iterator[apsw.Connection]:
+    conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 def test_an_agent_may_forget_a_session_or_a_message_but_not_a_user(

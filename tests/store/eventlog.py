@@ -42,6 +42,14 @@ class EventLog:
         decoded = batch.decode_entries(entries, self.writer.config.limits)
         return self.writer.apply_batch(decoded, entries[-1].id.decode())
 
+    def erase_steps(self, count: int | None = None) -> int:
+        """Run up to ``count`` steps of the forgets erased in steps (all: None), as the
+        writer does between batches; how many ran."""
+        ran = 0
+        while (count is None or ran < count) and self.writer.erase_step():
+            ran += 1
+        return ran
+
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in self.conn.execute(sql, params)]
 

@@ -1,0 +1,16 @@
+"""Messages on their way out: those of a big forget, invisible from its commit on.
+
+A forget of many messages hides its sessions' messages logged before it in the transaction
+that applies it, and the writer erases them a step at a time after that
+(``store/projections/erasure_steps.py``). Every read that answers with messages, or with
+what an event said of them, keeps to :func:`visible` rows.
+"""
+
+from __future__ import annotations
+
+
+def visible(alias: str = "messages") -> str:
+    """SQL: the message row ``alias`` is not one a forget is still erasing (``erasing``
+    is empty but while a big forget is under way, so this costs one probe per row)."""
+    return (f"NOT EXISTS (SELECT 1 FROM erasing AS x WHERE x.session_id = {alias}.session_id "
+            f"AND {alias}.seq < x.by_seq)")
