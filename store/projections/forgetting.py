@@ -54,7 +54,6 @@ import apsw
 from memq.errors import InvalidEvent
 from memq.events import Event, EventType, check_identifier
 from memq.store.effects import Effects, Erasure
-from memq.store.projections import erasure_steps
 from memq.store.projections.base import Applier
 from memq.store.projections.erasing import (
     TOMBSTONE,
@@ -64,6 +63,7 @@ from memq.store.projections.erasing import (
     forget_rejected,
     json_list,
 )
+from memq.store.projections.erasure_steps import deferred
 from memq.store.projections.fact_versions import forget_user as forget_versions
 from memq.store.projections.sessions import subtract
 from memq.store.read.hidden import visible
@@ -111,7 +111,7 @@ _DELETE_SESSIONS = """
 def apply_session_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     session = str(event.session_id)
     row = cur.execute("SELECT user_id FROM sessions WHERE session_id = ?", (session,)).fetchone()
-    if erasure_steps.deferred(cur, [session], seq, effects):
+    if deferred(cur, [session], seq, effects):
         doomed, counts = None, (0, 0)
         cur.execute(f"DELETE FROM macro_last_calls WHERE session_id IN {_EACH}",
                     (json_list([session]),))
@@ -131,7 +131,7 @@ def apply_user_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effe
     user = check_identifier("user_id", event.payload["user_id"], error=InvalidEvent)
     sessions = [str(r[0]) for r in cur.execute(
         "SELECT session_id FROM sessions WHERE user_id = ?", (user,))]
-    if erasure_steps.deferred(cur, sessions, seq, effects):
+    if deferred(cur, sessions, seq, effects):
         doomed, (messages, events) = None, (0, 0)
         cur.execute(f"DELETE FROM macro_last_calls WHERE session_id IN {_EACH}",
                     (json_list(sessions),))
