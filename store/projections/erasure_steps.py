@@ -21,9 +21,12 @@ The end is what applying the whole forget at once gives: every step erases only 
 logged before the forget, and what arrives meanwhile about the hidden messages (a late
 embedding, a summary of them) is tombstoned on arrival (``erasing.erased_by``), as it is once
 they are gone. A rebuild does it at once (:func:`drain` after each forget), as does a
-retention pass, whose rules about old forgets assume them finished. Two forgets of one
-session each keep their row and are erased in their order. A crash between steps loses
-nothing: the rows are in the database, and the writer goes on where they say.
+retention pass, whose rules about old forgets assume them finished; and so does a forget
+of a message or a user that a forget under way still hides (rare: a retry, or one
+message of a session being forgotten), so that its outcome says the text is gone. Two
+forgets of one session each keep their row and are erased in their order. A crash
+between steps loses nothing: the rows are in the database, and the writer goes on where
+they say.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ _MACRO_EVENTS = """SELECT 1 FROM events
 _EMPTIED = """
     DELETE FROM sessions WHERE user_id IS NULL AND last_active_at IS NULL AND changed_seq < :by
         AND session_id IN (SELECT session_id FROM erased_messages WHERE erased_by = :by)"""
+_HIDES_USER = """SELECT 1 FROM messages AS m
+    JOIN erasing AS x ON x.session_id = m.session_id AND m.seq < x.by_seq
+    WHERE m.user_id = ? LIMIT 1"""
 _COUNTS = """
     UPDATE erasures SET
         messages = (SELECT count(*) FROM erased_messages WHERE erased_by = :by),
@@ -100,8 +106,10 @@ def step(cur: apsw.Cursor, effects: Effects, applied: int | None = None) -> bool
         _CHUNK, (session, by, STEP)).fetchall()
     if rows:
         erase_messages(cur, [r[0] for r in rows], [r[1] for r in rows], by, effects)
-    elif not cur.execute(_EVENTS, {"by": by, "session": session, "step": EVENT_STEP}
-                         ).fetchall():
+    elif made := [int(r[0]) for r in cur.execute(
+            _EVENTS, {"by": by, "session": session, "step": EVENT_STEP})]:
+        effects.tombstoned.update(made)  # in a batch (a drain), they move no mark
+    else:
         forget_legacy_rows(cur, [session], [])
         cur.execute("DELETE FROM erasing WHERE session_id = ? AND by_seq = ?", (session, by))
         if cur.execute("SELECT 1 FROM erasing WHERE by_seq = ?", (by,)).fetchone() is None:
@@ -118,6 +126,11 @@ def drain(cur: apsw.Cursor, effects: Effects, applied: int | None = None) -> Non
 
 def pending(conn: apsw.Connection) -> bool:
     return conn.execute("SELECT 1 FROM erasing LIMIT 1").fetchone() is not None
+
+
+def hides_user(cur: apsw.Cursor, user: str) -> bool:
+    """Whether a forget under way still hides messages of ``user``."""
+    return cur.execute(_HIDES_USER, (user,)).fetchone() is not None
 
 
 def _finish(cur: apsw.Cursor, by: int, effects: Effects, applied: int | None) -> None:

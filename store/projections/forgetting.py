@@ -63,7 +63,7 @@ from memq.store.projections.erasing import (
     forget_rejected,
     json_list,
 )
-from memq.store.projections.erasure_steps import deferred
+from memq.store.projections.erasure_steps import deferred, drain, hides_user
 from memq.store.projections.fact_versions import forget_user as forget_versions
 from memq.store.projections.sessions import subtract
 from memq.store.read.hidden import visible
@@ -129,6 +129,8 @@ def apply_session_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: E
 
 def apply_user_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
     user = check_identifier("user_id", event.payload["user_id"], error=InvalidEvent)
+    if hides_user(cur, user):  # a retry while the first still erases: it finishes first
+        drain(cur, effects, applied=seq - 1)
     sessions = [str(r[0]) for r in cur.execute(
         "SELECT session_id FROM sessions WHERE user_id = ?", (user,))]
     if deferred(cur, sessions, seq, effects):
@@ -158,6 +160,8 @@ def apply_message_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: E
                             ) -> None:
     session, message = str(event.session_id), str(event.payload["message_id"])
     owner = cur.execute("SELECT user_id FROM sessions WHERE session_id = ?", (session,)).get
+    if _hidden(cur, session, message):
+        drain(cur, effects, applied=seq - 1)  # its session's forget, under way, first
     target = _target(cur, session, message)
     counts = (0, 0) if target is None else _erase_message(cur, session, target, seq, effects)
     # Live and on a rebuild alike (which no longer sees the message): the times from what
@@ -202,6 +206,12 @@ def _target(cur: apsw.Cursor, session: str, message: str) -> _Target | None:
         "SELECT source_id FROM summary_sources WHERE summary_id = ? AND source_id != ?",
         (summary, message))]
     return _Target(message, str(summary), int(summary_seq or 0), freed)
+
+
+def _hidden(cur: apsw.Cursor, session: str, message: str) -> bool:
+    """Whether the message is one of ``session``'s that a forget under way hides."""
+    return cur.execute(f"SELECT 1 FROM messages WHERE id = ? AND session_id = ? "
+                       f"AND NOT {visible()}", (message, session)).get is not None
 
 
 def _erase_message(cur: apsw.Cursor, session: str, target: _Target, seq: int,

@@ -20,6 +20,7 @@ import apsw
 import orjson
 
 from memq import tenants
+from memq.store.read.hidden import visible
 
 MAX_PAGE = 1000
 """Most events one page reads."""
@@ -43,23 +44,27 @@ class Change:
     """The payload's schema version (``memq.events``)."""
 
 
-_PAGE = """
+_RESULT = "e.session_id IS NULL AND e.type IN ('message.embedded', 'message.embedding_failed')"
+_PAGE = f"""
     SELECT e.seq, e.event_id, e.type, e.created_at, coalesce(e.session_id, m.session_id),
            e.payload, coalesce(e.erased_by, (
                SELECT x.by_seq FROM erasing AS x
-               WHERE x.session_id = coalesce(e.session_id, m.session_id) AND e.seq < x.by_seq
-               LIMIT 1)), coalesce(s.user_id, m.user_id, f.user_id),
-           coalesce(s.agent_id, m.agent_id), e.version
+               WHERE x.session_id = e.session_id AND e.seq < x.by_seq LIMIT 1), (
+               SELECT x.by_seq FROM messages AS h
+               JOIN erasing AS x ON x.session_id = h.session_id AND h.seq < x.by_seq
+               WHERE {_RESULT} AND h.id = json_extract(e.payload, '$.message_id') LIMIT 1)),
+           coalesce(s.user_id, m.user_id, f.user_id), coalesce(s.agent_id, m.agent_id),
+           e.version
     FROM events AS e
     LEFT JOIN sessions AS s ON s.session_id = e.session_id
-    LEFT JOIN messages AS m ON e.session_id IS NULL AND e.type IN (
-            'message.embedded', 'message.embedding_failed')
-        AND m.id = json_extract(e.payload, '$.message_id')
+    LEFT JOIN messages AS m ON {_RESULT}
+        AND m.id = json_extract(e.payload, '$.message_id') AND {visible("m")}
     LEFT JOIN erasures AS f ON f.seq = e.seq
     WHERE e.seq > :after ORDER BY e.seq LIMIT :limit"""
 """A change's owner: its session's; an embedding result's, its message's; a forget's, the
 one its erasure recorded (the session's row went with it). An event a big forget is still
-erasing (``erasing``, store/read/hidden.py) shows as erased already."""
+erasing (``erasing``, store/read/hidden.py), or a result for a message it hides, shows
+as erased already, and as nobody's, as once they are gone."""
 
 
 def page(conn: apsw.Connection, after: int, limit: int) -> tuple[list[Change], int]:

@@ -24,6 +24,7 @@ import apsw
 
 from memq.clock import parse_rfc3339
 from memq.store.read import lexical
+from memq.store.read.hidden import visible
 from memq.store.read.scope import Scope
 
 EMBEDDABLE = "embedding_error IS NULL AND trim(content, char(32, 9, 10, 11, 12, 13)) <> ''"
@@ -31,9 +32,11 @@ EMBEDDABLE = "embedding_error IS NULL AND trim(content, char(32, 9, 10, 11, 12, 
 word for word: SQLite uses a partial index only when they match."""
 
 _FIRST_NEVER_EMBEDDED = f"""
-    SELECT min(seq) FROM messages WHERE embedding_model IS NULL AND {EMBEDDABLE}"""
+    SELECT min(seq) FROM messages WHERE embedding_model IS NULL AND {EMBEDDABLE}
+      AND {visible()}"""
 _FIRST_OF_MODEL = f"""
-    SELECT min(seq) FROM messages WHERE embedding_model = ? AND {EMBEDDABLE}"""
+    SELECT min(seq) FROM messages WHERE embedding_model = ? AND {EMBEDDABLE}
+      AND {visible()}"""
 _NEXT_MODEL = f"""
     SELECT min(embedding_model) FROM messages
     WHERE embedding_model > ? AND {EMBEDDABLE}"""
@@ -42,13 +45,14 @@ _WAITING = f"(embedding_model IS NULL OR embedding_model IS NOT ?) AND {EMBEDDAB
 _IN_SCOPE = f"""
     SELECT count(*) FROM messages
     WHERE {{scope}} AND seq >= :first
-      AND (embedding_model IS NULL OR embedding_model IS NOT :model) AND {EMBEDDABLE}"""
-_LEXICAL_WAITING = """
+      AND (embedding_model IS NULL OR embedding_model IS NOT :model) AND {EMBEDDABLE}
+      AND {visible()}"""
+_LEXICAL_WAITING = f"""
     SELECT m.id, -bm25(messages_fts, ?, ?, ?, ?) AS score
     FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid
     WHERE messages_fts MATCH ? AND m.seq >= ?
       AND (m.embedding_model IS NULL OR m.embedding_model IS NOT ?)
-      AND m.embedding_error IS NULL
+      AND m.embedding_error IS NULL AND {visible("m")}
     ORDER BY score DESC, m.seq DESC
     LIMIT ?"""
 

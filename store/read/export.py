@@ -19,7 +19,9 @@ from memq.store.read.hidden import visible
 _OWN = f"""
     SELECT e.event_id, e.type, e.version, e.session_id, e.created_at, e.payload
     FROM events AS e
-    WHERE e.erased_by IS NULL AND (
+    WHERE e.erased_by IS NULL AND NOT EXISTS (
+        SELECT 1 FROM erasing AS x WHERE x.session_id = e.session_id AND e.seq < x.by_seq)
+      AND (
         (e.type IN ('message.appended', 'session.consolidated')
          AND e.session_id IN (SELECT session_id FROM sessions WHERE user_id = :user))
         OR (e.session_id IS NULL AND e.type IN ('fact.set', 'fact.deleted', 'document.put',

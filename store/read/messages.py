@@ -83,7 +83,7 @@ _FOLLOWING = f"""
     CROSS JOIN messages m ON m.id = wanted.value
     JOIN messages n ON n.id = (
         SELECT id FROM messages WHERE session_id = m.session_id
-            AND (created_at, seq) > (m.created_at, m.seq)
+            AND (created_at, seq) > (m.created_at, m.seq) AND {visible()}
         ORDER BY created_at, seq LIMIT 1)
     WHERE {{scope}} AND {visible("m")} AND {visible("n")}"""
 _BY_IDS = f"""SELECT {MESSAGE_COLUMNS} FROM messages

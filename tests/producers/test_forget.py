@@ -315,6 +315,29 @@ def test_a_writer_stopped_mid_erasure_finishes_it_when_it_starts_again(
     assert main(["rebuild", "--check", "--db", config.db_path]) == 0
 
 
+def test_forgetting_a_message_of_a_user_being_erased_waits_until_it_is_gone(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's forget is under way (its steps held back); forgetting one of its
+    messages finishes that erasure first, so its outcome comes once the text is gone."""
+    from memq.store.write.writer import Writer
+
+    monkeypatch.setattr(erasure_steps, "STEP", 1)
+    monkeypatch.setattr(Writer, "erase_step", lambda self: False)  # the loop runs none
+    with WriterThread(config), MemoryClient(config=config) as client:
+        plant(client, "alice-1", "alice")
+        secret = [m.id for m in client.history("alice-1") if MARKER in m.content][-1]
+        client.forget_user("alice")
+        client.flush()
+        with sqlite_file(config) as conn:
+            assert conn.execute("SELECT count(*) FROM erasing").fetchone() == (1,)
+        outcome = client.wait_forgotten(client.forget_message("alice-1", secret))
+    assert outcome["messages"] == 0  # the user's forget erased it, just before
+    with sqlite_file(config) as conn:
+        assert conn.execute("SELECT count(*) FROM erasing").fetchone() == (0,)
+    assert traces(config) == []
+
+
 @contextmanager
 def sqlite_file(config: Config) -> Iterator[apsw.Connection]:
     conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)

@@ -24,7 +24,7 @@ from tests.store.test_forgetting import embedded
 from tests.store.test_fts_identifiers import _append, _forget
 
 SESSION_NAMES = ("a1", "a2", "b1")
-STEPS = st.lists(st.one_of(
+STEP = st.one_of(
     st.tuples(st.just("append"), st.sampled_from(SESSION_NAMES), st.integers(0, 2)),
     st.tuples(st.just("summarise"), st.sampled_from(SESSION_NAMES), st.integers(0, 5)),
     # Any id ever made: another session's, a summary's, one already gone, one not yet
@@ -41,7 +41,8 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("call"), st.sampled_from(SESSION_NAMES), st.integers(0, 2)),
     st.tuples(st.just("use"), st.just(""), st.integers(0, 5)),
     st.tuples(st.just("expire_calls"), st.just(""), st.integers(0, 30)),
-), max_size=25)
+)
+STEPS = st.lists(STEP, max_size=25)
 
 TOOLS = ("read_file", "edit_file", "run_tests")
 

@@ -180,3 +180,70 @@ def test_status_counts_the_sessions_still_being_erased(log: EventLog) -> None:
     assert "forgets   2 sessions hidden, still being erased in steps" in _database_lines(report)
     log.erase_steps()
     assert status.database(log.path)["erasing"] == 0
+
+
+# -- found by an attack on the change ----------------------------------------------------
+
+def test_an_export_leaves_out_what_a_forget_hides_in_a_session_used_again(
+        log: EventLog) -> None:
+    from memq.store.read.export import user_events
+
+    log.send(*[append("s1", f"secret {i} {MARK}", minute=i, user_id="alice")[1]
+               for i in range(3)])
+    log.send(forget_session("s1"))
+    log.send(append("s1", "a new start", minute=9, user_id="alice")[1])
+    exported = [e.payload.get("content") for e in user_events(log.conn, "alice", vectors=False)]
+    assert exported == ["a new start"]
+
+
+def test_a_retried_forget_user_finishes_the_first_before_it_says_done(log: EventLog) -> None:
+    log.send(*[append("s1", f"secret {i} {MARK}", minute=i, user_id="alice")[1]
+               for i in range(3)])
+    first = forget_user("alice")
+    log.send(first)
+    retry = forget_user("alice")
+    result = log.send(retry)
+    assert [e.event_id for e in result.effects.erased] == [first.id, retry.id]
+    assert payloads_with(log, MARK) == 0
+    assert log.rows("SELECT kind, messages FROM erasures ORDER BY seq") == [
+        ("user", 3), ("user", 0)]
+    log.assert_rebuild_equal()
+
+
+def test_forgetting_a_message_a_forget_hides_finishes_that_forget_first(log: EventLog) -> None:
+    from memq.events import EventType
+    from tests.store.eventlog import event
+
+    turns = [append("s1", f"secret {i} {MARK}", minute=i, user_id="alice") for i in range(3)]
+    log.send(*[e for _, e in turns])
+    session = forget_session("s1")
+    log.send(session)
+    one = event(EventType.MESSAGE_FORGOTTEN, {"message_id": turns[0][0]}, session="s1")
+    result = log.send(one)
+    assert [e.event_id for e in result.effects.erased] == [session.id, one.id]
+    assert payloads_with(log, MARK) == 0
+    log.assert_rebuild_equal()
+
+
+@pytest.mark.parametrize("last", ["retention", "second forget"])
+def test_a_drain_in_the_forgets_batch_leaves_no_mark_a_rebuild_has_not(
+        log: EventLog, last: str) -> None:
+    from memq.events import EventType
+    from tests.store.eventlog import at, event
+
+    closing = (event(EventType.RETENTION_APPLIED, {"calls_before": at(0)}, created_at=at(5))
+               if last == "retention" else forget_user("bob"))
+    log.send(forget_session("a1"), append("a1", "x", user_id="bob")[1],
+             append("a1", "y", user_id="bob")[1], forget_user("bob"), closing)
+    log.erase_steps()
+    log.assert_rebuild_equal()
+
+
+def test_a_result_for_a_hidden_message_is_nobodys_in_the_feed(log: EventLog) -> None:
+    from memq.store.read import changes as changes_read
+
+    turns = [append("a1", f"turn {i}", minute=i, user_id="bob") for i in range(3)]
+    log.send(*[e for _, e in turns], embedded(turns[0][0]), forget_session("a1"))
+    result = [c for c in changes_read.page(log.conn, 0, 100)[0]
+              if c.type == "message.embedded"]
+    assert [(c.session_id, c.user_id, c.data) for c in result] == [(None, None, None)]
