@@ -307,13 +307,22 @@ async def send_to_inbox_async(
 
 def _push(pipe: Any, stream: str, raws: Sequence[bytes], sender: str | None) -> None:
     """A queue's push reads, in the same MULTI, how many items the relay has moved: the
-    items ahead of the pushed ones are exactly the list's other ones."""
-    if stream in names.INBOX_QUEUES:
+    items ahead of the pushed ones are exactly the list's other ones. The keys' queue is
+    relayed key by key in turn (store/write/relay.py): there, a push counts its sender's
+    own items instead (:data:`memq.names.SENDER_SEQ_FIELD`)."""
+    if stream == names.KEYS_INBOX_STREAM:
+        counted = names.sender_key(sender or "", "pushed")
+        pipe.incrby(counted, len(raws))
+        pipe.expire(counted, names.SENDER_TTL_S)
+    elif stream in names.INBOX_QUEUES:
         pipe.get(names.RELAYED_KEYS[stream])
     add_to_inbox(pipe, stream, raws, sender)
 
 
 def _positions(stream: str, replies: list[Any], sent: int) -> list[Position]:
+    if stream == names.KEYS_INBOX_STREAM:
+        first = int(replies[0]) - sent + 1
+        return [(first + i, 0) for i in range(sent)]
     if stream not in names.INBOX_QUEUES:
         return [stream_position(reply) for reply in replies]
     relayed, length = int(replies[0] or 0), int(replies[1])

@@ -57,7 +57,14 @@ SENDER_FIELD = b"sender"
 """Set by a client on each entry it sends: its sender id (:mod:`memq.rejections`), under
 which the writer reports the entries it rejects, so the client's ``flush`` can raise them."""
 
-INBOX_FIELDS = frozenset({EVENT_FIELD, REPLAY_FIELD, SENDER_FIELD, ORDINAL_FIELD})
+SENDER_SEQ_FIELD = b"sseq"
+"""Set by the relay on each entry of the keys' queue: its sender's own count of the items
+it pushed (1, 2, ...). The keys' items are relayed key by key in turn, not in the order
+they came (store/write/relay.py), so a keyed sender's ``flush`` waits on its own count
+(:func:`sender_committed_key`), not on the queue's ordinal."""
+
+INBOX_FIELDS = frozenset({EVENT_FIELD, REPLAY_FIELD, SENDER_FIELD, ORDINAL_FIELD,
+                          SENDER_SEQ_FIELD})
 """Every field an inbox entry may carry; an entry with another is set aside."""
 
 COMMITTED_KEY = "memq:committed"
@@ -71,6 +78,21 @@ COMMITTED_KEYS = {
 }
 """Per inbox stream, the id of its last entry the writer committed (stream ids are only
 comparable within one stream)."""
+
+SENDER_PREFIX = "memq:sender:"
+"""+ a keys' queue sender (``sender:key``) + ``:pushed``, ``:relayed``, ``:committed``:
+how many of its items it pushed, the relay moved and the writer committed. Written by
+the server (admin), the relay and the writer; each expires a week after its last use."""
+
+SENDER_TTL_S = 7 * 24 * 3600
+
+
+def sender_key(sender: str, count: str) -> str:
+    """``sender``: an entry's sender field, ``sender:key[:narrowing]``; counted by sender
+    and key, whatever token of the key it came through (store/write/relay.py does the
+    same in Lua)."""
+    return f"{SENDER_PREFIX}{':'.join(sender.split(':', 2)[:2])}:{count}"
+
 
 REJECTIONS_PREFIX = "memq:rejections:"
 """+ a sender id: a stream of the rejections of that sender's entries, for its ``flush``

@@ -197,6 +197,14 @@ class OutboxState:
         rejections = [(entry_id, Rejection.from_fields(fields)) for entry_id, fields in entries]
         return (None if value is None else stream_position(value)), rejections
 
+    def _commit_key(self, stream: str) -> str:
+        """Where the writer says how far it committed what this outbox sends to ``stream``:
+        for a key's events, how many of its sender's own items (the keys' queue is relayed
+        key by key in turn, store/write/relay.py); else its queue's or stream's position."""
+        if stream == names.KEYS_INBOX_STREAM:
+            return names.sender_key(sent_as(self.sender, self.acting_for), "committed")
+        return commit_key(stream)
+
     def _rejections_since(self) -> tuple[str, str]:
         """The key and the XRANGE start of this sender's rejections not yet raised."""
         return names.rejections_key(self.sender), f"({self._reported}"
@@ -333,13 +341,13 @@ class Outbox(OutboxState):
         key, start = self._rejections_since()
         with translated(self.url, "reading the commit position"):
             pipe = self.redis.pipeline(transaction=False)
-            pipe.get(commit_key(self.stream))
+            pipe.get(self._commit_key(self.stream))
             pipe.xrange(key, min=start)
             value, entries = pipe.execute()
         return self._polled(value, entries)
 
     def committed(self) -> Position | None:
-        key = commit_key(self.stream)
+        key = self._commit_key(self.stream)
         with translated(self.url, "reading the commit position"):
             value = self.redis.get(key)
         return None if value is None else stream_position(value)

@@ -15,6 +15,16 @@ stay queued, and the relay says why and tries again later.
 A thread per queue waits on its list with a rotating BLMOVE (the first item put back
 where it was: nothing moves, but the call blocks until the list has items), so a push is
 relayed at once, not at the writer's next poll.
+
+**The keys' queue is relayed in turn** (:data:`IN_TURN`): every API key's events share it,
+and in arrival order one key's flood would sit in the stream ahead of every other key's
+next turn. So only a few of its entries are in the stream at a time (:data:`IN_FLIGHT`,
+delivered to the writer or not), and each move takes the waiting items key by key, round
+robin, each key's in its own order. A key's next turn waits behind at most that many of
+another's, not behind its whole backlog. Since the entries no longer keep the queue's
+order, each carries its sender's own count (``sseq``, from ``memq:sender:<s>:relayed``),
+which is what a keyed sender's ``flush`` waits on; the queue's ordinals follow the
+stream's order, so its committed ordinal still says how much of the queue is done.
 """
 
 from __future__ import annotations
@@ -88,20 +98,133 @@ are as bad, and the writer would set the items aside with them. They wait, and m
 the writer has set that entry aside and brought the stream back (``Inbox.repair_ids``)."""
 
 
+IN_FLIGHT = 32
+"""Keys' entries in the stream at most, delivered to the writer or not: what another key's
+turn may wait behind. (Its transaction of 16 turns, a third of them 8 KB tool outputs,
+takes a few milliseconds; the fairness bench, bench/fairness.py, measures the rest.)"""
+
+FULL_WAIT_S = 0.05
+"""How long the keys' relay waits at most for the writer's next commit before looking
+again at a stream holding its share."""
+
+SCAN = 512
+"""Waiting items of the keys' queue looked at in one move: the keys they belong to share
+the move. (The moved ones leave the list by a marker, ``''``, which no item can be: each
+holds a newline.)"""
+
+IN_TURN = """
+local info = redis.pcall('XINFO', 'STREAM', KEYS[3])
+if type(info) == 'table' and not info.err then
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then
+      local ms, seq = string.match(info[i + 1], '^(%d+)-(%d+)$')
+      local now = redis.call('TIME')
+      if tonumber(ms) > tonumber(now[1]) * 1000 + tonumber(ARGV[2]) or tonumber(seq) >= 9.2e18 then
+        return {0, 'the stream holds an id chosen by its sender (' .. info[i + 1] ..
+                   '): items wait until the writer has set it aside', 0}
+      end
+    end
+  end
+end
+local room = tonumber(ARGV[1])
+local groups = redis.pcall('XINFO', 'GROUPS', KEYS[3])
+if type(groups) == 'table' and not groups.err then
+  for _, group in ipairs(groups) do
+    local fields = {}
+    for i = 1, #group, 2 do fields[group[i]] = group[i + 1] end
+    if fields['name'] == ARGV[3] then
+      room = room - (tonumber(fields['lag']) or 0) - (tonumber(fields['pending']) or 0)
+    end
+  end
+end
+if room <= 0 then return {0, '', 1} end
+local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+if #items == 0 then return {0, '', 0} end
+local lanes, order = {}, {}
+for i, item in ipairs(items) do
+  local nl = string.find(item, '\\n', 1, true) or 1
+  local sender = string.sub(item, 1, nl - 1)
+  local lane = string.match(sender, '^[^:]*:([^:]*)') or sender
+  if lanes[lane] == nil then lanes[lane] = {}; table.insert(order, lane) end
+  table.insert(lanes[lane], i)
+end
+local picks, round = {}, 1
+while #picks < room do
+  local any = false
+  for _, lane in ipairs(order) do
+    local index = lanes[lane][round]
+    if index ~= nil and #picks < room then table.insert(picks, index); any = true end
+  end
+  if not any then break end
+  round = round + 1
+end
+local base = tonumber(redis.call('GET', KEYS[2]) or '0')
+local moved, failure = {}, ''
+for n, index in ipairs(picks) do
+  local item = items[index]
+  local nl = string.find(item, '\\n', 1, true)
+  local sender, event = '', item
+  if nl ~= nil then sender = string.sub(item, 1, nl - 1); event = string.sub(item, nl + 1) end
+  local ordinal = string.format('%d', base + n)
+  local reply
+  if sender == '' then
+    reply = redis.pcall('XADD', KEYS[3], '*', 'event', event, 'ordinal', ordinal)
+  else
+    local counted = ARGV[5] .. (string.match(sender, '^([^:]*:[^:]*)') or sender) .. ':relayed'
+    local own = redis.call('INCR', counted)
+    redis.call('EXPIRE', counted, tonumber(ARGV[6]))
+    reply = redis.pcall('XADD', KEYS[3], '*', 'event', event, 'sender', sender,
+                        'ordinal', ordinal, 'sseq', string.format('%d', own))
+    if type(reply) == 'table' and reply.err then redis.call('DECR', counted) end
+  end
+  if type(reply) == 'table' and reply.err then
+    failure = reply.err
+    break
+  end
+  moved[index] = true
+end
+local count = 0
+for index in pairs(moved) do
+  redis.call('LSET', KEYS[1], index - 1, '')
+  count = count + 1
+end
+if count > 0 then
+  redis.call('LREM', KEYS[1], count, '')
+  redis.call('SET', KEYS[2], string.format('%d', base + count))
+end
+return {count, failure, 0}
+"""
+"""KEYS: the keys' queue, its relayed count, its stream; ARGV: how many entries may be in
+the stream (:data:`IN_FLIGHT`), how far ahead of Redis' clock a stream id may be, the
+writer's group, how many waiting items to look at, the senders' key prefix, their TTL.
+Returns how many moved, Redis' refusal if an XADD failed (the items from it on stay,
+in their order), and 1 when the stream was full (nothing moved: try again shortly)."""
+
+
 def relay(connection: redis.Redis, stream: str, run: int = RUN) -> int:
     """Move up to ``run`` queued items of ``stream``'s queue into it; how many moved.
     Raises :class:`redis.exceptions.ResponseError` with Redis' reason if an XADD was
     refused (the items from it on stay queued)."""
+    return _relay(connection, stream, run)[0]
+
+
+def _relay(connection: redis.Redis, stream: str, run: int = RUN) -> tuple[int, bool]:
+    """How many moved, and whether the keys' stream was full (nothing could move)."""
     keys = [names.INBOX_QUEUES[stream], names.RELAYED_KEYS[stream], stream]
-    reply: Any = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
-        SCRIPT, len(keys), *keys, run, FUTURE_TOLERANCE_MS)
+    if stream == names.KEYS_INBOX_STREAM:
+        reply: Any = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
+            IN_TURN, len(keys), *keys, min(run, IN_FLIGHT), FUTURE_TOLERANCE_MS,
+            names.WRITER_GROUP, SCAN, names.SENDER_PREFIX, names.SENDER_TTL_S)
+    else:
+        reply = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
+            SCRIPT, len(keys), *keys, run, FUTURE_TOLERANCE_MS)
     moved, failure = int(reply[0]), reply[1]
     if failure:
         text = failure.decode(errors="replace") if isinstance(failure, bytes) else failure
         raise redis.exceptions.ResponseError(
             f"relaying {names.INBOX_QUEUES[stream]} into {stream} stopped after {moved} items: "
             f"{text}")
-    return moved
+    return moved, len(reply) > 2 and int(reply[2]) == 1
 
 
 def relay_all(connection: redis.Redis) -> int:
@@ -117,9 +240,12 @@ class Relay(threading.Thread):
     """Moves one queue's items into its stream as they come, until ``stop`` is set."""
 
     def __init__(self, connection: redis.Redis, stream: str, stop: threading.Event,
-                 wait_s: float) -> None:
+                 wait_s: float, committed: threading.Event | None = None) -> None:
         super().__init__(name=f"memq-relay-{stream}", daemon=True)
         self.redis = connection
+        self.committed = committed or threading.Event()
+        """Set by the writer after each batch it acknowledges: the keys' stream has room
+        again (waited on, up to :data:`FULL_WAIT_S`, while it holds its share)."""
         self.wait_s = wait_s
         """How long one BLMOVE waits before the thread checks whether to stop: the
         writer's ``block_ms``, so both its threads stop as soon."""
@@ -140,8 +266,14 @@ class Relay(threading.Thread):
                 delay = min(MAX_RETRY_DELAY_S, delay * 2)
 
     def _relay_then_wait(self) -> None:
-        while relay(self.redis, self.stream) == RUN and not self.stop.is_set():
-            pass
+        while not self.stop.is_set():
+            moved, full = _relay(self.redis, self.stream)
+            if full:  # the keys' stream holds its share: the writer's next commit frees it
+                self.committed.wait(FULL_WAIT_S)
+                self.committed.clear()
+                return
+            if moved < RUN:
+                break
         # Redis takes a fractional timeout; redis-py's annotation says int.
         self.redis.blmove(self.queue, self.queue, self.wait_s,  # type: ignore[arg-type]
                           "LEFT", "LEFT")

@@ -83,6 +83,8 @@ class Writer:
         """This database, as the writer claims the Redis keyspace for it (memq/identity.py)."""
         self.rebind = False
         """Take the keyspace over from another database (once: ``memq writer --rebind``)."""
+        self.committed = threading.Event()
+        """Set after each acknowledged batch, for the keys' relay."""
         self.erasing = erasure_steps.pending(conn)
         """A big forget is being erased in steps (store/projections/erasure_steps.py): one
         runs after each batch, and the loop does not wait for entries while any is left.
@@ -123,7 +125,8 @@ class Writer:
         except Stopped:
             return
         wait_s = self.config.writer.block_ms / 1000
-        relays = [Relay(self.redis, stream, stop, wait_s) for stream in names.INBOX_QUEUES]
+        relays = [Relay(self.redis, stream, stop, wait_s, self.committed)
+                  for stream in names.INBOX_QUEUES]
         prefetcher = Prefetcher(self.inbox, self.config, stop)
         for thread in (*relays, prefetcher):
             thread.start()
@@ -273,6 +276,7 @@ class Writer:
                                        apply_s, lag_ms / 1000, time.time(), result.types)
         if self._retry(lambda: self.inbox.acknowledge(entries, figures, result.reports), stop):
             self._retry(self.inbox.repair_ids, stop)
+        self.committed.set()  # the keys' relay may move more (store/write/relay.py)
         for hook in self.after_commit:
             self._retry(functools.partial(_follow_up, hook, result.effects), stop)
         self.erasing = self.erasing or result.effects.erasing

@@ -19,7 +19,8 @@ def test_the_fairness_bench_prints_each_phase_and_the_ratio() -> None:
          "--flooders", "1", "--flush-timeout", "3"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    for phase in ("alone", "A under its budget", "A without a budget"):
+    for phase in ("alone", "A refused at the door", "A under its budget", "A without a budget"):
         assert re.search(rf"{phase}\s+B p50\s+[\d.]+ ms\s+p99\s+[\d.]+ ms", done.stdout), \
             done.stdout
-    assert re.search(r"under its budget / alone: x[\d.]+ \(goal <= x2\)", done.stdout)
+    assert re.search(r"under its budget / alone: x[\d.]+ \(goal <= x2\); with A refused at "
+                     r"the door: x[\d.]+", done.stdout), done.stdout
