@@ -308,12 +308,10 @@ async def send_to_inbox_async(
 def _push(pipe: Any, stream: str, raws: Sequence[bytes], sender: str | None) -> None:
     """A queue's push reads, in the same MULTI, how many items the relay has moved: the
     items ahead of the pushed ones are exactly the list's other ones. The keys' queue is
-    relayed key by key in turn (store/write/relay.py): there, a push counts its sender's
-    own items instead (:data:`memq.names.SENDER_SEQ_FIELD`)."""
+    relayed key by key in turn (store/write/relay.py): there, a push counts its key's own
+    items instead (:data:`memq.names.KEY_SEQ_FIELD`)."""
     if stream == names.KEYS_INBOX_STREAM:
-        counted = names.sender_key(sender or "", "pushed")
-        pipe.incrby(counted, len(raws))
-        pipe.expire(counted, names.SENDER_TTL_S)
+        pipe.incrby(names.key_count(sender or "", "pushed"), len(raws))
     elif stream in names.INBOX_QUEUES:
         pipe.get(names.RELAYED_KEYS[stream])
     add_to_inbox(pipe, stream, raws, sender)

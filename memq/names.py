@@ -57,14 +57,14 @@ SENDER_FIELD = b"sender"
 """Set by a client on each entry it sends: its sender id (:mod:`memq.rejections`), under
 which the writer reports the entries it rejects, so the client's ``flush`` can raise them."""
 
-SENDER_SEQ_FIELD = b"sseq"
-"""Set by the relay on each entry of the keys' queue: its sender's own count of the items
-it pushed (1, 2, ...). The keys' items are relayed key by key in turn, not in the order
-they came (store/write/relay.py), so a keyed sender's ``flush`` waits on its own count
-(:func:`sender_committed_key`), not on the queue's ordinal."""
+KEY_SEQ_FIELD = b"kseq"
+"""Set by the relay on each entry of the keys' queue: its key's own count of the items
+sent for it (1, 2, ...). The keys' items are relayed key by key in turn, not in the order
+they came (store/write/relay.py), so a keyed sender's ``flush`` waits on its key's count
+(:func:`key_count`), not on the queue's ordinal."""
 
 INBOX_FIELDS = frozenset({EVENT_FIELD, REPLAY_FIELD, SENDER_FIELD, ORDINAL_FIELD,
-                          SENDER_SEQ_FIELD})
+                          KEY_SEQ_FIELD})
 """Every field an inbox entry may carry; an entry with another is set aside."""
 
 COMMITTED_KEY = "memq:committed"
@@ -79,19 +79,19 @@ COMMITTED_KEYS = {
 """Per inbox stream, the id of its last entry the writer committed (stream ids are only
 comparable within one stream)."""
 
-SENDER_PREFIX = "memq:sender:"
-"""+ a keys' queue sender (``sender:key``) + ``:pushed``, ``:relayed``, ``:committed``:
-how many of its items it pushed, the relay moved and the writer committed. Written by
-the server (admin), the relay and the writer; each expires a week after its last use."""
+KEY_COUNT_PREFIX = "memq:queue:keys:key:"
+"""+ an API key's id + ``:pushed``, ``:relayed``, ``:committed``: how many items were sent
+for the key, the relay moved and the writer committed. Written by the servers (admin),
+the relay and the writer; three integers a key, kept (there are few keys, and a count
+that expired would leave a waiting ``flush`` without an answer)."""
 
-SENDER_TTL_S = 7 * 24 * 3600
 
-
-def sender_key(sender: str, count: str) -> str:
-    """``sender``: an entry's sender field, ``sender:key[:narrowing]``; counted by sender
-    and key, whatever token of the key it came through (store/write/relay.py does the
-    same in Lua)."""
-    return f"{SENDER_PREFIX}{':'.join(sender.split(':', 2)[:2])}:{count}"
+def key_count(sender: str, count: str) -> str:
+    """``sender``: a keys' queue entry's sender field, ``sender:key[:narrowing]``; counted
+    by key, whoever sent it through whichever token of the key (store/write/relay.py takes
+    the key the same way, in Lua)."""
+    parts = sender.split(":", 2)
+    return f"{KEY_COUNT_PREFIX}{parts[1] if len(parts) > 1 else parts[0]}:{count}"
 
 
 REJECTIONS_PREFIX = "memq:rejections:"

@@ -199,10 +199,10 @@ class OutboxState:
 
     def _commit_key(self, stream: str) -> str:
         """Where the writer says how far it committed what this outbox sends to ``stream``:
-        for a key's events, how many of its sender's own items (the keys' queue is relayed
-        key by key in turn, store/write/relay.py); else its queue's or stream's position."""
+        for a key's events, how many of its key's items (the keys' queue is relayed key by
+        key in turn, store/write/relay.py); else its queue's or stream's position."""
         if stream == names.KEYS_INBOX_STREAM:
-            return names.sender_key(sent_as(self.sender, self.acting_for), "committed")
+            return names.key_count(sent_as(self.sender, self.acting_for), "committed")
         return commit_key(stream)
 
     def _rejections_since(self) -> tuple[str, str]:

@@ -152,7 +152,7 @@ class Inbox:
                 pipe.set(names.COMMITTED_KEYS[stream], f"{last[0]}-{last[1]}")
                 moved[stream] = last
         _move_ordinals(pipe, entries)
-        _move_sender_counts(pipe, entries)
+        _move_key_counts(pipe, entries)
         for sender, rejection in reports:
             key = names.rejections_key(sender)
             fields: dict[Any, Any] = rejection.to_fields()  # (redis' own type is invariant)
@@ -269,20 +269,19 @@ def _move_ordinals(pipe: Any, entries: list[Entry]) -> None:
         pipe.eval(_RAISE_TO, 1, names.COMMITTED_ORDINAL_KEYS[stream], f"{ordinal}-0")
 
 
-def _move_sender_counts(pipe: Any, entries: list[Entry]) -> None:
-    """For the keys' queue, each sender's count of its items committed: the largest its
+def _move_key_counts(pipe: Any, entries: list[Entry]) -> None:
+    """For the keys' queue, each key's count of its items committed: the largest its
     entries carry (relayed in its order, so every one below it is committed too)."""
-    last: dict[bytes, int] = {}
+    last: dict[str, int] = {}
     for entry in entries:
         fields = entry.fields or {}
-        value, sender = fields.get(names.SENDER_SEQ_FIELD, b""), fields.get(names.SENDER_FIELD)
+        value, sender = fields.get(names.KEY_SEQ_FIELD, b""), fields.get(names.SENDER_FIELD)
         if (entry.stream == names.KEYS_INBOX_STREAM and value.isdigit() and len(value) <= 18
                 and sender and len(sender) <= MAX_SENDER_BYTES):
-            last[sender] = max(last.get(sender, 0), int(value))
-    for sender, count in last.items():
-        key = names.sender_key(sender.decode(errors="replace"), "committed")
+            key = names.key_count(sender.decode(errors="replace"), "committed")
+            last[key] = max(last.get(key, 0), int(value))
+    for key, count in last.items():
         pipe.eval(_RAISE_TO, 1, key, f"{count}-0")
-        pipe.expire(key, names.SENDER_TTL_S)
 
 
 MAX_SENDER_BYTES = 200

@@ -22,7 +22,7 @@ next turn. So only a few of its entries are in the stream at a time (:data:`IN_F
 delivered to the writer or not), and each move takes the waiting items key by key, round
 robin, each key's in its own order. A key's next turn waits behind at most that many of
 another's, not behind its whole backlog. Since the entries no longer keep the queue's
-order, each carries its sender's own count (``sseq``, from ``memq:sender:<s>:relayed``),
+order, each carries its key's own count (``kseq``, from ``memq:queue:keys:key:<id>:relayed``),
 which is what a keyed sender's ``flush`` waits on; the queue's ordinals follow the
 stream's order, so its committed ordinal still says how much of the queue is done.
 """
@@ -170,11 +170,10 @@ for n, index in ipairs(picks) do
   if sender == '' then
     reply = redis.pcall('XADD', KEYS[3], '*', 'event', event, 'ordinal', ordinal)
   else
-    local counted = ARGV[5] .. (string.match(sender, '^([^:]*:[^:]*)') or sender) .. ':relayed'
+    local counted = ARGV[5] .. (string.match(sender, '^[^:]*:([^:]*)') or sender) .. ':relayed'
     local own = redis.call('INCR', counted)
-    redis.call('EXPIRE', counted, tonumber(ARGV[6]))
     reply = redis.pcall('XADD', KEYS[3], '*', 'event', event, 'sender', sender,
-                        'ordinal', ordinal, 'sseq', string.format('%d', own))
+                        'ordinal', ordinal, 'kseq', string.format('%d', own))
     if type(reply) == 'table' and reply.err then redis.call('DECR', counted) end
   end
   if type(reply) == 'table' and reply.err then
@@ -196,7 +195,7 @@ return {count, failure, 0}
 """
 """KEYS: the keys' queue, its relayed count, its stream; ARGV: how many entries may be in
 the stream (:data:`IN_FLIGHT`), how far ahead of Redis' clock a stream id may be, the
-writer's group, how many waiting items to look at, the senders' key prefix, their TTL.
+writer's group, how many waiting items to look at, the prefix of the keys' counts.
 Returns how many moved, Redis' refusal if an XADD failed (the items from it on stay,
 in their order), and 1 when the stream was full (nothing moved: try again shortly)."""
 
@@ -214,7 +213,7 @@ def _relay(connection: redis.Redis, stream: str, run: int = RUN) -> tuple[int, b
     if stream == names.KEYS_INBOX_STREAM:
         reply: Any = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
             IN_TURN, len(keys), *keys, min(run, IN_FLIGHT), FUTURE_TOLERANCE_MS,
-            names.WRITER_GROUP, SCAN, names.SENDER_PREFIX, names.SENDER_TTL_S)
+            names.WRITER_GROUP, SCAN, names.KEY_COUNT_PREFIX)
     else:
         reply = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
             SCRIPT, len(keys), *keys, run, FUTURE_TOLERANCE_MS)

@@ -111,7 +111,7 @@ def keyed(connection: redis.Redis, sender: str, count: int, tag: str) -> list[tu
 def test_the_keys_queue_takes_each_key_in_turn_and_keeps_each_senders_order(
         redis_url: str) -> None:
     """A key's flood queued first does not keep another key's turn behind it: a move takes
-    the keys in turn, and each entry carries its sender's own count."""
+    the keys in turn, and each entry carries its key's own count."""
     from memq.store.write import relay as relays
 
     connection = redis.Redis.from_url(redis_url)
@@ -119,20 +119,22 @@ def test_the_keys_queue_takes_each_key_in_turn_and_keeps_each_senders_order(
     flood = keyed(connection, "a" * 32 + ":key-a", 100, "a")
     turn = keyed(connection, "b" * 32 + ":key-b", 1, "b")
     more = keyed(connection, "c" * 32 + ":key-a", 2, "c")  # key a, another sender
-    assert (flood[0], flood[-1], turn, more) == ((1, 0), (100, 0), [(1, 0)], [(1, 0), (2, 0)])
+    assert (flood[0], flood[-1], turn, more) == ((1, 0), (100, 0), [(1, 0)],
+                                                 [(101, 0), (102, 0)])
     assert relay(connection, KEYS) == relays.IN_FLIGHT
     moved = entries(connection, KEYS)
     assert [f[b"event"] for f in moved[:3]] == [b'{"a":0}', b'{"b":0}', b'{"a":1}']
     assert [int(f[b"ordinal"]) for f in moved] == list(range(1, relays.IN_FLIGHT + 1))
-    a_seqs = [int(f[b"sseq"]) for f in moved if f[b"sender"].startswith(b"a")]
+    # Key a's entries, of two senders, count on in its own order.
+    a_seqs = [int(f[b"kseq"]) for f in moved if f[b"sender"].endswith(b"key-a")]
     assert a_seqs == list(range(1, len(a_seqs) + 1))
     # Nothing more while the writer has not taken those: the stream holds its share.
     assert relay(connection, KEYS) == 0
     assert connection.llen(names.INBOX_QUEUES[KEYS]) == 103 - relays.IN_FLIGHT
 
 
-def test_a_keyed_sender_is_committed_by_its_own_count(redis_url: str) -> None:
-    """The writer moves each sender's committed count: a flush waits on its own items."""
+def test_a_keyed_sender_is_committed_by_its_keys_count(redis_url: str) -> None:
+    """The writer moves each key's committed count: a flush waits on its key's items."""
     from memq.config import Config
     from memq.store.write.inbox import Inbox
 
@@ -144,7 +146,7 @@ def test_a_keyed_sender_is_committed_by_its_own_count(redis_url: str) -> None:
     relay(connection, KEYS)
     taken = inbox.read_new()
     inbox.acknowledge(taken)
-    counts = {who: connection.get(names.sender_key(who * 32 + f":key-{who}", "committed"))
+    counts = {who: connection.get(names.key_count(who * 32 + f":key-{who}", "committed"))
               for who in "ab"}
     assert counts == {"a": f"{sum(1 for e in taken if e.fields[b'sender'][:1] == b'a')}-0"
                       .encode(), "b": b"1-0"}
