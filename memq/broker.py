@@ -240,10 +240,11 @@ stream entry id as (milliseconds, sequence) for the admin's stream, (ordinal, 0)
 agent's or worker's queue (see :data:`memq.names.INBOX_QUEUES`)."""
 
 
-def queue_item(raw: bytes, sender: str | None = None) -> bytes:
+def queue_item(raw: bytes, sender: str | None = None, *, counted: bool = False) -> bytes:
     """One queue item: the sender id, a newline, the wire event (which, compact JSON, holds
-    no newline of its own); the relay splits it into the entry's fields."""
-    return (sender or "").encode() + b"\n" + raw
+    no newline of its own); the relay splits it into the entry's fields. ``counted``: the
+    push counted it for its key (the keys' queue: :data:`memq.names.COUNTED_MARK`)."""
+    return (names.COUNTED_MARK if counted else b"") + (sender or "").encode() + b"\n" + raw
 
 
 def add_to_inbox(pipe: Any, stream: str, raws: Sequence[bytes], sender: str | None = None
@@ -252,7 +253,8 @@ def add_to_inbox(pipe: Any, stream: str, raws: Sequence[bytes], sender: str | No
     its queue where it has one (agents, workers), else one XADD each (admin)."""
     queue = names.INBOX_QUEUES.get(stream)
     if queue is not None:
-        pipe.rpush(queue, *(queue_item(raw, sender) for raw in raws))
+        counted = stream == names.KEYS_INBOX_STREAM
+        pipe.rpush(queue, *(queue_item(raw, sender, counted=counted) for raw in raws))
         return
     for raw in raws:
         pipe.xadd(stream, inbox_fields(raw, sender))
@@ -319,7 +321,7 @@ def _push(pipe: Any, stream: str, raws: Sequence[bytes], sender: str | None) -> 
 
 def _positions(stream: str, replies: list[Any], sent: int) -> list[Position]:
     if stream == names.KEYS_INBOX_STREAM:
-        first = int(replies[0]) - sent + 1
+        first = names.KEY_POSITION_BASE + int(replies[0]) - sent + 1
         return [(first + i, 0) for i in range(sent)]
     if stream not in names.INBOX_QUEUES:
         return [stream_position(reply) for reply in replies]
@@ -381,6 +383,13 @@ def _queue_ends(replies: list[Any]) -> list[int]:
     """The last ordinal of each queue :func:`_ask_queue_ends` asked about (0: none yet)."""
     return [int(relayed or 0) + int(length)
             for relayed, length in zip(replies[::2], replies[1::2], strict=True)]
+
+
+def key_end(connection: redis.Redis, sender: str) -> Position:
+    """How far what was sent for the key of ``sender`` (a keys' queue sender field)
+    reaches, as a position of the keys' queue."""
+    pushed = connection.get(names.key_count(sender, "pushed"))
+    return names.KEY_POSITION_BASE + int(pushed or 0), 0
 
 
 def inbox_end(connection: redis.Redis, stream: str) -> Position:

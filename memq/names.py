@@ -86,6 +86,17 @@ the relay and the writer; three integers a key, kept (there are few keys, and a 
 that expired would leave a waiting ``flush`` without an answer)."""
 
 
+COUNTED_MARK = b"#"
+"""Leads a keys' queue item whose push counted it for its key: the relay gives only those
+a ``kseq``, so items an older server queued uncounted leave the counts exact."""
+
+KEY_POSITION_BASE = 10**12
+"""Added to a key's count to make the positions of the keys' queue: above every ordinal the
+queue gave before it was counted per key, so a client that kept such an ordinal (alive
+across an upgrade) takes the new positions at its next write, and a server tells the
+two apart."""
+
+
 def key_count(sender: str, count: str) -> str:
     """``sender``: a keys' queue entry's sender field, ``sender:key[:narrowing]``; counted
     by key, whoever sent it through whichever token of the key (store/write/relay.py takes

@@ -34,9 +34,12 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from memq.authority import Role
-from memq.broker import inbox_end, stream_position
+from memq.broker import Position, inbox_end, key_end, stream_position
 from memq.errors import AuthenticationFailed, Busy, FlushTimeout, ValidationError
+from memq.names import KEY_POSITION_BASE
 from memq.producers.client import MemoryClient
+from memq.producers.outbox import Outbox
+from memq.rejections import sent_as
 from memq.server.budgets import Budgets
 from memq.server.principals import Grant, Principal, Principals
 
@@ -120,9 +123,12 @@ class Remote:
 
     def _expect(self, sent: str | None) -> None:
         outbox = self.waiter.outbox
-        if sent is not None:
-            position = stream_position(sent)
-            end = inbox_end(outbox.redis, outbox.stream)
+        position = None if sent is None else stream_position(sent)
+        if position is not None and (outbox.acting_for is None
+                                     or position[0] >= KEY_POSITION_BASE):
+            # (Below the base, for a key: an ordinal from before keys were counted, which
+            # a client alive across the upgrade kept: long committed, nothing to wait for.)
+            end = _end_of(outbox)
             if position > end:
                 raise ValidationError(
                     f"Memq-Sent {sent:.45} is beyond what was ever sent ({end[0]}-{end[1]}): "
@@ -131,6 +137,13 @@ class Remote:
         written = self.client.outbox.last_sent  # one read of a tuple: no lock needed
         if written is not None:
             outbox.expect(written)
+
+
+def _end_of(outbox: Outbox) -> Position:
+    """How far what was sent on the outbox's inbox reaches (for a key: its own count)."""
+    if outbox.acting_for is not None:
+        return key_end(outbox.redis, sent_as(outbox.sender, outbox.acting_for))
+    return inbox_end(outbox.redis, outbox.stream)
 
 
 def sender_of(principal: str, client_id: str) -> str:

@@ -270,22 +270,25 @@ def _move_ordinals(pipe: Any, entries: list[Entry]) -> None:
 
 
 def _move_key_counts(pipe: Any, entries: list[Entry]) -> None:
-    """For the keys' queue, each key's count of its items committed: the largest its
-    entries carry (relayed in its order, so every one below it is committed too)."""
+    """For the keys' queue, each key's count of its items committed, as a position of the
+    queue (:data:`memq.names.KEY_POSITION_BASE` on): the largest its entries carry
+    (relayed in its order, so every one below it is committed too)."""
     last: dict[str, int] = {}
     for entry in entries:
         fields = entry.fields or {}
         value, sender = fields.get(names.KEY_SEQ_FIELD, b""), fields.get(names.SENDER_FIELD)
-        if (entry.stream == names.KEYS_INBOX_STREAM and value.isdigit() and len(value) <= 18
-                and sender and len(sender) <= MAX_SENDER_BYTES):
+        if entry.stream == names.KEYS_INBOX_STREAM and value.isdigit() and len(value) <= 18 \
+                and sender:
             key = names.key_count(sender.decode(errors="replace"), "committed")
             last[key] = max(last.get(key, 0), int(value))
     for key, count in last.items():
-        pipe.eval(_RAISE_TO, 1, key, f"{count}-0")
+        if len(key) <= MAX_KEY_BYTES:
+            pipe.eval(_RAISE_TO, 1, key, f"{names.KEY_POSITION_BASE + count}-0")
 
 
-MAX_SENDER_BYTES = 200
-"""A sender field longer than any memq writes (a sender id and a key's) names no sender."""
+MAX_KEY_BYTES = 200
+"""A count's Redis key longer than any a key's id makes (a delegated token's narrowing,
+which may be long, is not part of it) names no key."""
 
 _RAISE_TO = """
 local old = tonumber(string.match(redis.call('GET', KEYS[1]) or '0-0', '^(%d+)') or '0')

@@ -144,6 +144,7 @@ local lanes, order = {}, {}
 for i, item in ipairs(items) do
   local nl = string.find(item, '\\n', 1, true) or 1
   local sender = string.sub(item, 1, nl - 1)
+  if string.sub(sender, 1, 1) == ARGV[6] then sender = string.sub(sender, 2) end
   local lane = string.match(sender, '^[^:]*:([^:]*)') or sender
   if lanes[lane] == nil then lanes[lane] = {}; table.insert(order, lane) end
   table.insert(lanes[lane], i)
@@ -165,10 +166,15 @@ for n, index in ipairs(picks) do
   local nl = string.find(item, '\\n', 1, true)
   local sender, event = '', item
   if nl ~= nil then sender = string.sub(item, 1, nl - 1); event = string.sub(item, nl + 1) end
+  local marked = string.sub(sender, 1, 1) == ARGV[6]
+  if marked then sender = string.sub(sender, 2) end
   local ordinal = string.format('%d', base + n)
   local reply
   if sender == '' then
     reply = redis.pcall('XADD', KEYS[3], '*', 'event', event, 'ordinal', ordinal)
+  elseif not marked then  -- queued by an older server: not counted for its key
+    reply = redis.pcall('XADD', KEYS[3], '*', 'event', event, 'sender', sender,
+                        'ordinal', ordinal)
   else
     local counted = ARGV[5] .. (string.match(sender, '^[^:]*:([^:]*)') or sender) .. ':relayed'
     local own = redis.call('INCR', counted)
@@ -195,7 +201,8 @@ return {count, failure, 0}
 """
 """KEYS: the keys' queue, its relayed count, its stream; ARGV: how many entries may be in
 the stream (:data:`IN_FLIGHT`), how far ahead of Redis' clock a stream id may be, the
-writer's group, how many waiting items to look at, the prefix of the keys' counts.
+writer's group, how many waiting items to look at, the prefix of the keys' counts, the
+mark of an item its push counted (one an older server queued is moved uncounted).
 Returns how many moved, Redis' refusal if an XADD failed (the items from it on stay,
 in their order), and 1 when the stream was full (nothing moved: try again shortly)."""
 
@@ -213,7 +220,7 @@ def _relay(connection: redis.Redis, stream: str, run: int = RUN) -> tuple[int, b
     if stream == names.KEYS_INBOX_STREAM:
         reply: Any = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
             IN_TURN, len(keys), *keys, min(run, IN_FLIGHT), FUTURE_TOLERANCE_MS,
-            names.WRITER_GROUP, SCAN, names.KEY_COUNT_PREFIX)
+            names.WRITER_GROUP, SCAN, names.KEY_COUNT_PREFIX, names.COUNTED_MARK)
     else:
         reply = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
             SCRIPT, len(keys), *keys, run, FUTURE_TOLERANCE_MS)

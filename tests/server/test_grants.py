@@ -560,3 +560,29 @@ def test_a_refused_claim_in_the_shared_owner_cache_does_not_widen_a_search(
         assert [m.content for m in mallory.history("next")] == ["mallory's first turn"]
         found = [i.content for i in mallory.get_context("next", "secret plan", scope="user")]
     assert "bob's secret plan" not in found, found
+
+
+def test_a_client_that_kept_an_ordinal_from_before_keys_were_counted_still_flushes(
+        admin: RemoteMemoryClient, served: Served) -> None:
+    """A remote client alive across the upgrade holds a queue ordinal as its last write
+    (Memq-Sent): its flushes return, and its next write's position passes it."""
+    with key_for(admin, served, users=["alice"], can=["read", "write"]) as key:
+        key._sent.note("5000-0")
+        key.flush(timeout=5)
+        key.append("s1", "user", "hello", user_id="alice")
+        sent = key._sent.position
+        assert sent is not None
+        assert sent[0] > names.KEY_POSITION_BASE
+        key.flush(timeout=5)
+        assert [m.content for m in key.history("s1")] == ["hello"]
+
+
+def test_a_token_delegated_for_many_users_flushes(admin: RemoteMemoryClient,
+                                                  served: Served) -> None:
+    users = [f"customer-{i:04d}" for i in range(30)]  # a sender field of ~1,000 bytes
+    with key_for(admin, served, users=users, can=["read", "write", "delegate"]) as backend:
+        run = backend.delegate(users=users, minutes=5)
+        with RemoteMemoryClient(served.url, token=run.token) as agent:
+            agent.append("run-1", "user", "hello", user_id=users[0])
+            agent.flush(timeout=5)
+            assert [m.content for m in agent.history("run-1")] == ["hello"]

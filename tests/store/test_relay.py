@@ -119,8 +119,10 @@ def test_the_keys_queue_takes_each_key_in_turn_and_keeps_each_senders_order(
     flood = keyed(connection, "a" * 32 + ":key-a", 100, "a")
     turn = keyed(connection, "b" * 32 + ":key-b", 1, "b")
     more = keyed(connection, "c" * 32 + ":key-a", 2, "c")  # key a, another sender
-    assert (flood[0], flood[-1], turn, more) == ((1, 0), (100, 0), [(1, 0)],
-                                                 [(101, 0), (102, 0)])
+    base = names.KEY_POSITION_BASE
+    assert (flood[0], flood[-1], turn, more) == ((base + 1, 0), (base + 100, 0),
+                                                 [(base + 1, 0)], [(base + 101, 0),
+                                                                   (base + 102, 0)])
     assert relay(connection, KEYS) == relays.IN_FLIGHT
     moved = entries(connection, KEYS)
     assert [f[b"event"] for f in moved[:3]] == [b'{"a":0}', b'{"b":0}', b'{"a":1}']
@@ -148,5 +150,45 @@ def test_a_keyed_sender_is_committed_by_its_keys_count(redis_url: str) -> None:
     inbox.acknowledge(taken)
     counts = {who: connection.get(names.key_count(who * 32 + f":key-{who}", "committed"))
               for who in "ab"}
-    assert counts == {"a": f"{sum(1 for e in taken if e.fields[b'sender'][:1] == b'a')}-0"
-                      .encode(), "b": b"1-0"}
+    base = names.KEY_POSITION_BASE
+    a_taken = sum(1 for e in taken if e.fields[b"sender"][:1] == b"a")
+    assert counts == {"a": f"{base + a_taken}-0".encode(), "b": f"{base + 1}-0".encode()}
+
+
+def test_an_item_an_older_server_queued_leaves_the_keys_counts_exact(redis_url: str) -> None:
+    """Queued uncounted (before keys were counted), it gets no count of its key's: the
+    first item pushed since is still the key's first, and its flush waits for it."""
+    from memq.config import Config
+    from memq.store.write.inbox import Inbox
+
+    connection = redis.Redis.from_url(redis_url)
+    inbox = Inbox(connection, Config(redis_url=redis_url))
+    inbox.ensure_group()
+    sender = "a" * 32 + ":key-a"
+    connection.rpush(names.INBOX_QUEUES[KEYS], broker.queue_item(b'{"old":1}', sender))
+    [position] = keyed(connection, sender, 1, "new")
+    relay(connection, KEYS)
+    taken = inbox.read_new()
+    assert [e.fields.get(b"kseq") for e in taken] == [None, b"1"]
+    assert [e.fields[b"sender"] for e in taken] == [sender.encode()] * 2
+    inbox.acknowledge(taken[:1])  # the old item alone
+    assert connection.get(names.key_count(sender, "committed")) is None
+    inbox.acknowledge(taken[1:])
+    assert connection.get(names.key_count(sender, "committed")) == (
+        f"{position[0]}-{position[1]}".encode())
+
+
+def test_a_long_delegated_tokens_sender_is_counted_by_its_key(redis_url: str) -> None:
+    """A delegated token's narrowing may be long (many users): its key is what counts."""
+    from memq.config import Config
+    from memq.store.write.inbox import Inbox
+
+    connection = redis.Redis.from_url(redis_url)
+    inbox = Inbox(connection, Config(redis_url=redis_url))
+    inbox.ensure_group()
+    sender = "a" * 32 + ":key-a:" + "n" * 5000
+    [position] = keyed(connection, sender, 1, "t")
+    relay(connection, KEYS)
+    inbox.acknowledge(inbox.read_new())
+    assert connection.get(names.key_count("x:key-a", "committed")) == (
+        f"{position[0]}-{position[1]}".encode())
