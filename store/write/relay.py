@@ -48,7 +48,7 @@ MAX_RETRY_DELAY_S = 1.0
 """The longest wait between two tries after a failure: short, since the usual one (a
 stream waiting to be brought back) clears as soon as the writer's next batch commits."""
 
-SCRIPT = """
+_REFUSE_CHOSEN_IDS = """
 local info = redis.pcall('XINFO', 'STREAM', KEYS[3])
 if type(info) == 'table' and not info.err then
   for i = 1, #info, 2 do
@@ -63,6 +63,11 @@ if type(info) == 'table' and not info.err then
     end
   end
 end
+"""
+"""Both scripts start here: nothing moves into a stream whose last id a sender chose (KEYS[3]
+the stream, ARGV[2] how far ahead of Redis' clock an id may be; see the SCRIPT below)."""
+
+SCRIPT = _REFUSE_CHOSEN_IDS + """
 local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 local base = tonumber(redis.call('GET', KEYS[2]) or '0')
 local moved, failure = 0, ''
@@ -112,20 +117,7 @@ SCAN = 512
 the move. (The moved ones leave the list by a marker, ``''``, which no item can be: each
 holds a newline.)"""
 
-IN_TURN = """
-local info = redis.pcall('XINFO', 'STREAM', KEYS[3])
-if type(info) == 'table' and not info.err then
-  for i = 1, #info, 2 do
-    if info[i] == 'last-generated-id' then
-      local ms, seq = string.match(info[i + 1], '^(%d+)-(%d+)$')
-      local now = redis.call('TIME')
-      if tonumber(ms) > tonumber(now[1]) * 1000 + tonumber(ARGV[2]) or tonumber(seq) >= 9.2e18 then
-        return {0, 'the stream holds an id chosen by its sender (' .. info[i + 1] ..
-                   '): items wait until the writer has set it aside', 0}
-      end
-    end
-  end
-end
+IN_TURN = _REFUSE_CHOSEN_IDS + """
 local room = tonumber(ARGV[1])
 local groups = redis.pcall('XINFO', 'GROUPS', KEYS[3])
 if type(groups) == 'table' and not groups.err then

@@ -28,7 +28,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import apsw
@@ -328,17 +329,8 @@ class Writer:
         follow-up (after the last step: the WAL, the jobs, the outcome); whether any is
         left. Between two steps, the next batch commits: no agent waits for the whole."""
         effects = Effects()
-        cur = self.conn.cursor()
-        try:
-            cur.execute("BEGIN IMMEDIATE")
+        with self._transaction("a step of erasing a forget") as cur:
             more = erasure_steps.step(cur, effects)
-            cur.execute("COMMIT")
-        except apsw.Error as exc:
-            self._rollback(cur)
-            raise StoreError(f"a step of erasing a forget not committed: {exc}") from exc
-        except BaseException:
-            self._rollback(cur)
-            raise
         for hook in self.after_commit:
             _follow_up(hook, effects)
         return more
@@ -356,19 +348,26 @@ class Writer:
         self, apply: Callable[..., None], decoded: list[batch.Decoded], last_id: str
     ) -> BatchResult:
         result = BatchResult(last_id=last_id)
+        with self._transaction(f"batch of {len(decoded)}") as cur:
+            apply(cur, decoded, now_rfc3339(), result)
+            positions.record(cur, ((item.stream, item.stream_id) for item in decoded))
+        return result
+
+    @contextmanager
+    def _transaction(self, what: str) -> Iterator[apsw.Cursor]:
+        """BEGIN IMMEDIATE, and COMMIT if the block ends well; else ROLLBACK, and a
+        database error raised as :class:`StoreError` naming ``what`` was not committed."""
         cur = self.conn.cursor()
         try:
             cur.execute("BEGIN IMMEDIATE")
-            apply(cur, decoded, now_rfc3339(), result)
-            positions.record(cur, ((item.stream, item.stream_id) for item in decoded))
+            yield cur
             cur.execute("COMMIT")
         except apsw.Error as exc:
             self._rollback(cur)
-            raise StoreError(f"batch of {len(decoded)} not committed: {exc}") from exc
+            raise StoreError(f"{what} not committed: {exc}") from exc
         except BaseException:
             self._rollback(cur)
             raise
-        return result
 
     def _rollback(self, cur: apsw.Cursor) -> None:
         if not self.conn.get_autocommit():
