@@ -16,6 +16,11 @@ delivered up to, the job in flight and the attempt. Each tick, for each webhook:
 
 Delivery is at least once: a dispatcher killed between enqueueing and recording sends the
 same delivery again (the same ``Memq-Delivery`` id), in order, one after another.
+
+A removed webhook is sent nothing more, and what Redis held for it goes (:meth:`forget`):
+its state, its outcomes, and its delivery job (which carries its secret and the changes'
+data) once it is not running; one running when it was removed posts once more, and is
+deleted once it ends.
 """
 
 from __future__ import annotations
@@ -30,12 +35,13 @@ import apsw
 import orjson
 import redis
 from rq.exceptions import NoSuchJobError
+from rq.job import JobStatus
 
 from memq import jobs, names, webhooks
 from memq.clock import now_rfc3339
 from memq.errors import MemqError
 from memq.store.read import changes
-from memq.store.read.webhooks import Webhook, active_with_secrets
+from memq.store.read.webhooks import Webhook, active_with_secrets, removed_ids
 
 logger = logging.getLogger("memq.webhooks")
 
@@ -66,6 +72,8 @@ class Dispatcher:
         self.redis = connection
         self.queue = jobs.queue(names.QUEUE_WEBHOOKS, connection)
         self.timeout_s = timeout_s
+        self.forgotten: set[str] = set()
+        """Removed webhooks whose Redis state is gone (this process need not look again)."""
 
     def run(self, stop: threading.Event, interval_s: float = 0.02) -> None:
         """Tick until ``stop``; a Redis or a database not there yet is waited for."""
@@ -80,8 +88,30 @@ class Dispatcher:
     def tick(self, now: float | None = None) -> None:
         with self.conn:  # one snapshot of the webhooks
             hooks = active_with_secrets(self.conn)
+            removed = [i for i in removed_ids(self.conn) if i not in self.forgotten]
         for hook in hooks:
             self._advance(hook, time.time() if now is None else now)
+        for hook_id in removed:
+            self.forget(hook_id)
+
+    def forget(self, hook_id: str) -> None:
+        """Delete a removed webhook's state, outcomes and delivery jobs (queued, or kept
+        finished for their result's time: each holds its secret and changes' data), unless
+        one is still running (then at a later tick)."""
+        found = [_text(k).removeprefix("rq:job:") for k in self.redis.scan_iter(
+            match=f"rq:job:memq-webhook-{hook_id}-*", count=1000)]
+        for job_id in found:
+            try:
+                job = jobs.fetch(job_id, self.redis)
+            except NoSuchJobError:
+                continue
+            if job.get_status(refresh=False) == JobStatus.STARTED:
+                return
+            job.delete()
+        key = names.WEBHOOK_PREFIX + hook_id
+        results = list(self.redis.scan_iter(match=f"rq:results:memq-webhook-{hook_id}-*"))
+        self.redis.delete(key, f"{key}:deliveries", *results)
+        self.forgotten.add(hook_id)
 
     def _advance(self, hook: Webhook, now: float) -> None:
         state = self._state(hook)

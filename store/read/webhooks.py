@@ -42,6 +42,12 @@ def active_with_secrets(conn: apsw.Connection) -> list[Webhook]:
         f"SELECT {_COLUMNS}, secret FROM webhooks WHERE removed_at IS NULL ORDER BY id")]
 
 
+def removed_ids(conn: apsw.Connection) -> list[str]:
+    """The ids of the webhooks removed (their rows stay, with ``removed_at``)."""
+    return [str(r[0]) for r in conn.execute(
+        "SELECT id FROM webhooks WHERE removed_at IS NOT NULL ORDER BY id")]
+
+
 def _hook(row: tuple[object, ...], secret: str | None = None) -> Webhook:
     hook_id, url, types, user_id, after, created_at, removed_at, tenant = row
     return Webhook(str(hook_id), str(url), tuple(orjson.loads(str(types))),

@@ -17,6 +17,7 @@ import redis
 from memq import MemoryClient, names, webhooks
 from memq.config import Config
 from memq.store.dispatch.webhooks import Dispatcher, outcomes
+from memq.store.read.webhooks import active_with_secrets
 from memq.testing import WriterThread
 from memq.workers.queues import worker
 
@@ -171,6 +172,36 @@ def test_a_removed_webhook_is_sent_nothing_more(
     with pytest.raises(AssertionError, match="4 turns"):
         deliveries(lambda: len(receiver.got) > 1, turns=4)
     assert [h.removed_at is not None for h in client.webhooks()] == [True]
+
+
+def test_a_removed_webhook_leaves_nothing_in_redis(
+        client: MemoryClient, config: Config, receivers: Callable[..., Receiver],
+        deliveries: Callable[..., None]) -> None:
+    """Its state, its outcomes, and its delivery job still queued (which holds its secret
+    and the changes' data) go once it is removed."""
+    receiver = receivers()
+    hook = client.add_webhook(receiver.url, types=["*"])
+    client.flush()
+    client.append("s1", "user", "one")
+    client.flush()
+    deliveries(lambda: len(receiver.got) == 1)
+    connection = redis.Redis.from_url(config.redis_url)
+    conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    dispatcher = Dispatcher(conn, connection, timeout_s=1.0)
+    client.append("s1", "user", "two")
+    client.flush()
+    dispatcher.tick()  # a delivery job queued, not yet run
+    secret = next(h.secret for h in active_with_secrets(conn))
+    held = list(connection.scan_iter(match=f"*{hook.id}*"))
+    assert held, "the webhook's state and job are in Redis"
+    client.remove_webhook(hook.id)
+    client.flush()
+    dispatcher.tick()
+    conn.close()
+    assert list(connection.scan_iter(match=f"*{hook.id}*")) == []
+    assert not any(secret.encode() in (connection.dump(k) or b"")
+                   for k in connection.scan_iter(count=1000))
+    assert len(receiver.got) == 1
 
 
 def test_a_slow_receiver_gets_a_long_backlog_in_jobs_of_a_bounded_time_each_once(
