@@ -20,6 +20,7 @@ from memq.events import EventType
 from memq.store import lexical
 from memq.store.effects import Effects
 from memq.store.projections.macros import relearn
+from memq.store.read.hidden import hides
 
 TOMBSTONE = "{}"
 """The payload a forgotten event keeps."""
@@ -53,8 +54,7 @@ _REJECTED = """
         OR (:user IS NOT NULL AND json_extract(CAST(raw AS TEXT), '$.payload.user_id') = :user))"""
 # A message a forget is still erasing (store/projections/erasure_steps.py).
 _HIDDEN_BY = f"""
-    SELECT max(x.by_seq) FROM messages AS m
-    JOIN erasing AS x ON x.session_id = m.session_id AND m.seq < x.by_seq
+    SELECT max(x.by_seq) FROM messages AS m JOIN erasing AS x ON {hides("m")}
     WHERE m.id IN {_EACH}"""
 
 

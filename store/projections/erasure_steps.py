@@ -36,6 +36,7 @@ import orjson
 
 from memq.store.effects import Effects, Erasure
 from memq.store.projections.erasing import erase_messages, forget_legacy_rows, relearn_macros
+from memq.store.read.hidden import hides
 
 STEP = 32
 """Messages one step erases: their words leave the lexical index in place (~1 ms each)."""
@@ -65,8 +66,7 @@ _MACRO_EVENTS = """SELECT 1 FROM events
 _EMPTIED = """
     DELETE FROM sessions WHERE user_id IS NULL AND last_active_at IS NULL AND changed_seq < :by
         AND session_id IN (SELECT session_id FROM erased_messages WHERE erased_by = :by)"""
-_HIDES_USER = """SELECT 1 FROM messages AS m
-    JOIN erasing AS x ON x.session_id = m.session_id AND m.seq < x.by_seq
+_HIDES_USER = f"""SELECT 1 FROM messages AS m JOIN erasing AS x ON {hides("m")}
     WHERE m.user_id = ? LIMIT 1"""
 _COUNTS = """
     UPDATE erasures SET

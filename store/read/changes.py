@@ -20,7 +20,7 @@ import apsw
 import orjson
 
 from memq import tenants
-from memq.store.read.hidden import visible
+from memq.store.read.hidden import hides, visible
 
 MAX_PAGE = 1000
 """Most events one page reads."""
@@ -48,10 +48,8 @@ _RESULT = "e.session_id IS NULL AND e.type IN ('message.embedded', 'message.embe
 _PAGE = f"""
     SELECT e.seq, e.event_id, e.type, e.created_at, coalesce(e.session_id, m.session_id),
            e.payload, coalesce(e.erased_by, (
-               SELECT x.by_seq FROM erasing AS x
-               WHERE x.session_id = e.session_id AND e.seq < x.by_seq LIMIT 1), (
-               SELECT x.by_seq FROM messages AS h
-               JOIN erasing AS x ON x.session_id = h.session_id AND h.seq < x.by_seq
+               SELECT x.by_seq FROM erasing AS x WHERE {hides("e")} LIMIT 1), (
+               SELECT x.by_seq FROM messages AS h JOIN erasing AS x ON {hides("h")}
                WHERE {_RESULT} AND h.id = json_extract(e.payload, '$.message_id') LIMIT 1)),
            coalesce(s.user_id, m.user_id, f.user_id), coalesce(s.agent_id, m.agent_id),
            e.version

@@ -14,13 +14,13 @@ import apsw
 import orjson
 
 from memq.events import Event
-from memq.store.read.hidden import visible
+from memq.store.read.hidden import hides, visible
 
 _OWN = f"""
     SELECT e.event_id, e.type, e.version, e.session_id, e.created_at, e.payload
     FROM events AS e
     WHERE e.erased_by IS NULL AND NOT EXISTS (
-        SELECT 1 FROM erasing AS x WHERE x.session_id = e.session_id AND e.seq < x.by_seq)
+        SELECT 1 FROM erasing AS x WHERE {hides("e")})
       AND (
         (e.type IN ('message.appended', 'session.consolidated')
          AND e.session_id IN (SELECT session_id FROM sessions WHERE user_id = :user))
