@@ -117,17 +117,17 @@ def erase_messages(cur: apsw.Cursor, ids: list[str], seqs: list[int], by: int,
     return events + len(made)
 
 
-def relearn_macros(cur: apsw.Cursor, seq: int, before: int | None = -1) -> int:
+def relearn_macros(cur: apsw.Cursor, seq: int, before: int | None = None) -> int:
     """Learn the macros again without the forgotten calls (what a rebuild will learn), for
     the erasing event at ``seq`` (a forget, or retention), from the events logged before
     ``before``: by default ``seq`` (those after it in its batch are still to be applied);
-    None, every event (all applied: the last step of a forget erased in steps).
+    the last step of a forget erased in steps, with more applied since, asks for those.
 
     A recorded use of a macro that only forgotten calls had taught no longer names one: it
     is tombstoned too. Returns how many such uses were.
     """
     unused: list[int] = []
-    relearn(cur, refused=unused.append, before=seq if before == -1 else before)
+    relearn(cur, refused=unused.append, before=seq if before is None else before)
     cur.execute(f"UPDATE events SET payload = '{TOMBSTONE}', erased_by = ? "
                 f"WHERE seq IN {_EACH}", (seq, json_list(unused)))
     return len(unused)

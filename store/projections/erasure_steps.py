@@ -35,7 +35,12 @@ import apsw
 import orjson
 
 from memq.store.effects import Effects, Erasure
-from memq.store.projections.erasing import erase_messages, forget_legacy_rows, relearn_macros
+from memq.store.projections.erasing import (
+    erase_messages,
+    forget_legacy_rows,
+    forget_rejected,
+    relearn_macros,
+)
 from memq.store.read.hidden import hides
 
 STEP = 32
@@ -75,9 +80,11 @@ _COUNTS = """
     WHERE seq = :by"""
 
 
-def deferred(cur: apsw.Cursor, sessions: list[str], seq: int, effects: Effects) -> bool:
-    """Whether the forget at ``seq`` of ``sessions`` is erased in steps; if so, its
-    sessions' messages are hidden from now on (and their pending embeddings dropped)."""
+def deferred(cur: apsw.Cursor, sessions: list[str], seq: int, effects: Effects,
+             user: str | None = None) -> bool:
+    """Whether the forget at ``seq`` of ``sessions`` (``user``'s) is erased in steps; if so,
+    its sessions' messages are hidden from now on, and what is small goes at once: their
+    pending embeddings, their macro chains, the rejected entries that name them."""
     doomed = orjson.dumps(sessions).decode()
     count = int(cur.execute(_HIDDEN, {"sessions": doomed, "by": seq, "step": STEP}).get or 0)
     if count <= STEP and cur.execute(_ERASING, (doomed,)).fetchone() is None:
@@ -90,6 +97,8 @@ def deferred(cur: apsw.Cursor, sessions: list[str], seq: int, effects: Effects) 
             f"SELECT id FROM messages WHERE id IN {_EACH} AND session_id IN {_EACH}",
             (ids, doomed))}
         effects.embed[:] = [(mid, text) for mid, text in effects.embed if mid not in gone]
+    cur.execute(f"DELETE FROM macro_last_calls WHERE session_id IN {_EACH}", (doomed,))
+    forget_rejected(cur, sessions, [], user)
     effects.erasing = True
     return True
 
@@ -137,7 +146,9 @@ def _finish(cur: apsw.Cursor, by: int, effects: Effects, applied: int | None) ->
     """The forget at ``by`` has erased its last message and event: what remains to do."""
     if cur.execute(_MACRO_EVENTS, (by,)).fetchone() is not None:
         # From every event applied so far: the calls since the forget are learned too.
-        relearn_macros(cur, by, before=None if applied is None else applied + 1)
+        if applied is None:
+            applied = int(cur.execute("SELECT coalesce(max(seq), 0) FROM events").get or 0)
+        relearn_macros(cur, by, before=applied + 1)
     cur.execute(_EMPTIED, {"by": by})
     cur.execute(_COUNTS, {"by": by})
     event_id = cur.execute("SELECT event_id FROM erasures WHERE seq = ?", (by,)).fetchone()

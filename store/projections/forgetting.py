@@ -60,7 +60,6 @@ from memq.store.projections.erasing import (
     TOMBSTONE_SEQS,
     Doomed,
     erase,
-    forget_rejected,
     json_list,
 )
 from memq.store.projections.erasure_steps import deferred, drain, hides_user
@@ -113,9 +112,6 @@ def apply_session_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: E
     row = cur.execute("SELECT user_id FROM sessions WHERE session_id = ?", (session,)).fetchone()
     if deferred(cur, [session], seq, effects):
         doomed, counts = None, (0, 0)
-        cur.execute(f"DELETE FROM macro_last_calls WHERE session_id IN {_EACH}",
-                    (json_list([session]),))
-        forget_rejected(cur, [session], [], None)
     else:
         doomed = _messages(cur, "session_id = ?", session)
         counts = erase(cur, [session], doomed, seq, effects)
@@ -133,11 +129,8 @@ def apply_user_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effe
         drain(cur, effects, applied=seq - 1)
     sessions = [str(r[0]) for r in cur.execute(
         "SELECT session_id FROM sessions WHERE user_id = ?", (user,))]
-    if deferred(cur, sessions, seq, effects):
+    if deferred(cur, sessions, seq, effects, user):
         doomed, (messages, events) = None, (0, 0)
-        cur.execute(f"DELETE FROM macro_last_calls WHERE session_id IN {_EACH}",
-                    (json_list(sessions),))
-        forget_rejected(cur, sessions, [], user)
     else:
         doomed = _messages(cur, "user_id = ?", user)
         messages, events = erase(cur, sessions, doomed, seq, effects, user)
