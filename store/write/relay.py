@@ -105,8 +105,8 @@ the writer has set that entry aside and brought the stream back (``Inbox.repair_
 
 IN_FLIGHT = 32
 """Keys' entries in the stream at most, delivered to the writer or not: what another key's
-turn may wait behind. (Its transaction of 16 turns, a third of them 8 KB tool outputs,
-takes a few milliseconds; the fairness bench, bench/fairness.py, measures the rest.)"""
+turn may wait behind. (A transaction of 32 turns, a third of them 8 KB tool outputs, takes
+a few milliseconds; bench/fairness.py measures the rest, and what fewer would cost.)"""
 
 FULL_WAIT_S = 0.05
 """How long the keys' relay waits at most for the writer's next commit before looking
@@ -132,12 +132,15 @@ end
 if room <= 0 then return {0, '', 1} end
 local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
 if #items == 0 then return {0, '', 0} end
-local lanes, order = {}, {}
+local parsed, lanes, order = {}, {}, {}
 for i, item in ipairs(items) do
-  local nl = string.find(item, '\\n', 1, true) or 1
-  local sender = string.sub(item, 1, nl - 1)
-  if string.sub(sender, 1, 1) == ARGV[6] then sender = string.sub(sender, 2) end
+  local nl = string.find(item, '\\n', 1, true)
+  local sender, event = '', item
+  if nl ~= nil then sender = string.sub(item, 1, nl - 1); event = string.sub(item, nl + 1) end
+  local marked = string.sub(sender, 1, 1) == ARGV[6]
+  if marked then sender = string.sub(sender, 2) end
   local lane = string.match(sender, '^[^:]*:([^:]*)') or sender
+  parsed[i] = {sender, event, marked, lane}
   if lanes[lane] == nil then lanes[lane] = {}; table.insert(order, lane) end
   table.insert(lanes[lane], i)
 end
@@ -154,12 +157,7 @@ end
 local base = tonumber(redis.call('GET', KEYS[2]) or '0')
 local moved, failure = {}, ''
 for n, index in ipairs(picks) do
-  local item = items[index]
-  local nl = string.find(item, '\\n', 1, true)
-  local sender, event = '', item
-  if nl ~= nil then sender = string.sub(item, 1, nl - 1); event = string.sub(item, nl + 1) end
-  local marked = string.sub(sender, 1, 1) == ARGV[6]
-  if marked then sender = string.sub(sender, 2) end
+  local sender, event, marked, lane = unpack(parsed[index])
   local ordinal = string.format('%d', base + n)
   local reply
   if sender == '' then
@@ -168,7 +166,7 @@ for n, index in ipairs(picks) do
     reply = redis.pcall('XADD', KEYS[3], '*', 'event', event, 'sender', sender,
                         'ordinal', ordinal)
   else
-    local counted = ARGV[5] .. (string.match(sender, '^[^:]*:([^:]*)') or sender) .. ':relayed'
+    local counted = ARGV[5] .. lane .. ':relayed'
     local own = redis.call('INCR', counted)
     reply = redis.pcall('XADD', KEYS[3], '*', 'event', event, 'sender', sender,
                         'ordinal', ordinal, 'kseq', string.format('%d', own))
