@@ -141,7 +141,7 @@ class Writer:
                 elif not self.erasing:
                     self._check_alive(prefetcher, stop)
                 if self.erasing:
-                    self.erasing = self._retry(self.erase_step, stop)
+                    self.erasing = self.erase_step(stop)
                 if time.monotonic() >= next_beat:
                     self._retry(self._heartbeat, stop)
                     self._retry(self.inbox.trim, stop)
@@ -324,16 +324,21 @@ class Writer:
         cur.execute("COMMIT")
         return effects
 
-    def erase_step(self) -> bool:
+    def erase_step(self, stop: threading.Event | None = None) -> bool:
         """One bounded step of a big forget, in a transaction of its own, then its
-        follow-up (after the last step: the WAL, the jobs, the outcome); whether any is
-        left. Between two steps, the next batch commits: no agent waits for the whole."""
+        follow-up (after the last step: the WAL, the jobs, the outcome), retried like a
+        batch's: a step committed must not lose it; whether any step is left. Between two
+        steps, the next batch commits: no agent waits for the whole."""
         effects = Effects()
-        with self._transaction("a step of erasing a forget") as cur:
-            more = erasure_steps.step(cur, effects)
+        more = self._retry(lambda: self._erase_step_in_transaction(effects), stop)
         for hook in self.after_commit:
-            _follow_up(hook, effects)
+            self._retry(functools.partial(_follow_up, hook, effects), stop)
         return more
+
+    def _erase_step_in_transaction(self, effects: Effects) -> bool:
+        effects.clear()  # a try rolled back leaves nothing to follow up
+        with self._transaction("a step of erasing a forget") as cur:
+            return erasure_steps.step(cur, effects)
 
     # -- one batch --------------------------------------------------------------------
 

@@ -323,7 +323,7 @@ def test_forgetting_a_message_of_a_user_being_erased_waits_until_it_is_gone(
     from memq.store.write.writer import Writer
 
     monkeypatch.setattr(erasure_steps, "STEP", 1)
-    monkeypatch.setattr(Writer, "erase_step", lambda self: False)  # the loop runs none
+    monkeypatch.setattr(Writer, "erase_step", lambda self, stop=None: False)  # the loop runs none
     with WriterThread(config), MemoryClient(config=config) as client:
         plant(client, "alice-1", "alice")
         secret = [m.id for m in client.history("alice-1") if MARKER in m.content][-1]

@@ -247,3 +247,30 @@ def test_a_result_for_a_hidden_message_is_nobodys_in_the_feed(log: EventLog) -> 
     result = [c for c in changes_read.page(log.conn, 0, 100)[0]
               if c.type == "message.embedded"]
     assert [(c.session_id, c.user_id, c.data) for c in result] == [(None, None, None)]
+
+
+def test_the_last_steps_follow_up_is_retried_until_it_goes_through(log: EventLog) -> None:
+    """A Redis refusal after the last step committed must not lose the forget's outcome
+    (what wait_forgotten waits for): the follow-up is tried again, as a batch's is."""
+    import threading
+
+    import redis
+
+    log.send(*[append("s1", f"turn {i}", minute=i, user_id="alice")[1] for i in range(3)])
+    forget = forget_session("s1")
+    log.send(forget)
+    published: list[str] = []
+    failures = iter([redis.exceptions.ConnectionError("Redis went away")])
+
+    def hook(effects: object) -> None:
+        erased = [e.event_id for e in getattr(effects, "erased", [])]
+        if erased and next(failures, None) is not None:
+            raise redis.exceptions.ConnectionError("Redis went away")
+        published.extend(erased)
+
+    log.writer.after_commit.append(hook)
+    log.writer._report_failure = lambda exc, delay: None  # type: ignore[method-assign]
+    stop = threading.Event()
+    while log.writer.erase_step(stop):
+        pass
+    assert published == [forget.id]
