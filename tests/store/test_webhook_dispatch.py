@@ -157,16 +157,23 @@ def test_a_hanging_receiver_delays_no_other_webhook_and_a_redirect_is_not_follow
     assert "not followed" in first["error"]
 
 
-def test_a_removed_webhook_is_sent_nothing_more(
-        client: MemoryClient, receivers: Callable[..., Receiver],
-        deliveries: Callable[..., None]) -> None:
+def one_delivered(client: MemoryClient, receivers: Callable[..., Receiver],
+                  deliveries: Callable[..., None]) -> tuple[Receiver, str]:
+    """A webhook of every change, and its receiver once it got the first: (receiver, id)."""
     receiver = receivers()
     hook = client.add_webhook(receiver.url, types=["*"])
     client.flush()
     client.append("s1", "user", "one")
     client.flush()
     deliveries(lambda: len(receiver.got) == 1)
-    client.remove_webhook(hook.id)
+    return receiver, hook.id
+
+
+def test_a_removed_webhook_is_sent_nothing_more(
+        client: MemoryClient, receivers: Callable[..., Receiver],
+        deliveries: Callable[..., None]) -> None:
+    receiver, hook_id = one_delivered(client, receivers, deliveries)
+    client.remove_webhook(hook_id)
     client.append("s1", "user", "two")
     client.flush()
     with pytest.raises(AssertionError, match="4 turns"):
@@ -179,12 +186,7 @@ def test_a_removed_webhook_leaves_nothing_in_redis(
         deliveries: Callable[..., None]) -> None:
     """Its state, its outcomes, and its delivery job still queued (which holds its secret
     and the changes' data) go once it is removed."""
-    receiver = receivers()
-    hook = client.add_webhook(receiver.url, types=["*"])
-    client.flush()
-    client.append("s1", "user", "one")
-    client.flush()
-    deliveries(lambda: len(receiver.got) == 1)
+    receiver, hook_id = one_delivered(client, receivers, deliveries)
     connection = redis.Redis.from_url(config.redis_url)
     conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
     dispatcher = Dispatcher(conn, connection, timeout_s=1.0)
@@ -192,13 +194,13 @@ def test_a_removed_webhook_leaves_nothing_in_redis(
     client.flush()
     dispatcher.tick()  # a delivery job queued, not yet run
     secret = next(h.secret for h in active_with_secrets(conn))
-    held = list(connection.scan_iter(match=f"*{hook.id}*"))
+    held = list(connection.scan_iter(match=f"*{hook_id}*"))
     assert held, "the webhook's state and job are in Redis"
-    client.remove_webhook(hook.id)
+    client.remove_webhook(hook_id)
     client.flush()
     dispatcher.tick()
     conn.close()
-    assert list(connection.scan_iter(match=f"*{hook.id}*")) == []
+    assert list(connection.scan_iter(match=f"*{hook_id}*")) == []
     assert not any(secret.encode() in (connection.dump(k) or b"")
                    for k in connection.scan_iter(count=1000))
     assert len(receiver.got) == 1
