@@ -92,10 +92,12 @@ class MemoryClient(
         """A client that shares this one's reads (pool, caches, working memory, pending
         writes) and sends through an outbox of its own, on the same Redis credentials, or
         on ``sender``'s: its :meth:`flush` waits for what it sent and reports only its own
-        rejections. ``private``: the client of another principal (an API key), with its
-        own pending writes and its own knowledge of who owns a session, so that nothing
+        rejections. Not ``private``, ``sender`` holds this client's role: the turns it
+        sends settle in the shared working memory against this client's queue.
+        ``private``: the client of another principal (an API key), with its own pending
+        writes, working memory and knowledge of who owns a session, so that nothing
         another principal sent and the writer has not committed (or refused) is read
-        through it.
+        through it, and its own turns settle against its own queue.
 
         What ``memq serve`` gives each remote client (an API key's sends on the admin's
         credentials, the only ones that may push the keys' queue). Close only the original.
@@ -106,6 +108,8 @@ class MemoryClient(
         twin.outbox = (sender or self)._new_outbox()
         if private:
             twin.pending_writes = PendingWrites(twin._commit_position)
+            twin.sources = self.sources.with_own_working_memory(twin._commit_position)
+            twin.working_memory = twin.sources.working_memory
             twin.owners = Owners(twin.sources.owner, max_sessions=self.owners.max_sessions)
         return twin
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections import OrderedDict
 from contextvars import ContextVar
 from typing import Any
 
@@ -23,6 +24,11 @@ from memq.server.principals import Grant
 CALLER: ContextVar[Grant | None] = ContextVar("memq_caller_grant", default=None)
 """The grant of the request being served (set by the server's door for each request)."""
 
+MAX_CALLERS = 10_000
+"""Grants whose clients are kept, the most recently used: each delegated token is a grant
+of its own, so a long-running server would otherwise keep one per token it ever saw. A
+grant pushed out loses only its uncommitted turns from its reads, until they commit."""
+
 
 class GrantedClient:
     """``base``'s methods of the table, each admitted against :data:`CALLER`'s grant. A
@@ -30,11 +36,13 @@ class GrantedClient:
     ``keyed``'s credentials (the admin's, the only ones that may push the keys' queue),
     naming the key, so the writer checks and records it. Anything else is ``base``'s."""
 
-    def __init__(self, base: MemoryClient, keyed: MemoryClient) -> None:
+    def __init__(self, base: MemoryClient, keyed: MemoryClient, *,
+                 cap: int = MAX_CALLERS) -> None:
         self.base = base
         self.keyed = keyed
+        self.cap = cap
         # Per grant, not per key: a delegated token is a caller of its own.
-        self._for_grant: dict[Grant, tuple[MemoryClient, set[str]]] = {}
+        self._for_grant: OrderedDict[Grant, tuple[MemoryClient, set[str]]] = OrderedDict()
         self._lock = threading.Lock()  # the tools run in worker threads
 
     def __getattr__(self, name: str) -> Any:
@@ -66,4 +74,7 @@ class GrantedClient:
                 client = self.base.with_own_outbox(self.keyed, private=True)
                 client.outbox.acting_for = grant.mark
                 found = self._for_grant[grant] = (client, set())
+                while len(self._for_grant) > self.cap:
+                    self._for_grant.popitem(last=False)
+            self._for_grant.move_to_end(grant)
             return found

@@ -12,6 +12,7 @@ any other storage error is raised.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -46,6 +47,19 @@ class SessionSources:
         self.working_memory = WorkingMemory(
             self.load_recent, self.mark, cap=cap, max_sessions=max_sessions,
             commit_position=commit_position)
+
+    def with_own_working_memory(self, commit_position: PositionReader) -> SessionSources:
+        """These reads for another principal: the same pool and caches, and a working
+        memory of its own, whose pending turns settle against ``commit_position``. Its
+        outbox sends to a queue of its own, whose positions mean nothing against another
+        queue's (a key's turn judged by the agents' queue would never settle, or settle at
+        once), and its uncommitted turns are no one else's to read."""
+        twin = copy.copy(self)
+        mine = self.working_memory
+        twin.working_memory = WorkingMemory(
+            twin.load_recent, twin.mark, cap=mine.cap, max_sessions=mine.max_sessions,
+            commit_position=commit_position)
+        return twin
 
     def sync(self, session_id: str) -> None:
         """Bring the session's working memory up to date with what is committed."""

@@ -1,0 +1,93 @@
+"""The client of ``memq mcp --http``: each call admitted against the request's key, each
+key reading its own uncommitted turns and nobody else's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from memq import MemoryClient
+from memq.config import Config
+from memq.errors import NotFound
+from memq.server.granted import CALLER, GrantedClient
+from memq.server.principals import Grant, KeyRing, keys_in
+from memq.testing import WriterThread
+
+pytestmark = [pytest.mark.redis]
+
+
+@contextmanager
+def acting_as(grant: Grant) -> Iterator[None]:
+    reset = CALLER.set(grant)
+    try:
+        yield
+    finally:
+        CALLER.reset(reset)
+
+
+def grants_of(config: Config, *users: str) -> list[Grant]:
+    """One key of each user, as the server's door finds them."""
+    with MemoryClient(config=config) as person:
+        secrets = [person.create_key(f"for {u}", users=[u], can=["read", "write"]).secret
+                   for u in users]
+        person.flush()
+        ring = KeyRing(keys_in(person.readers))
+        found = [ring.grant_of(secret) for secret in secrets]
+    assert all(found)
+    return [g for g in found if g is not None]
+
+
+def contents(items: list[object]) -> list[str]:
+    return [item.content for item in items]  # type: ignore[attr-defined]
+
+
+def test_a_key_reads_its_turn_back_before_the_writer_commits_it(
+        config: Config, writer: WriterThread) -> None:
+    (alice,) = grants_of(config, "alice")
+    writer.stop()
+    with MemoryClient(config=config) as base, MemoryClient(config=config) as keyed:
+        tools = GrantedClient(base, keyed)
+        with acting_as(alice):
+            tools.append("alice-trip", "user", "a window seat")
+            assert contents(tools.get_context("alice-trip")) == ["a window seat"]
+        writer.start()
+        with acting_as(alice):
+            tools.flush()
+            assert contents(tools.get_context("alice-trip")) == ["a window seat"]
+
+
+def test_another_keys_uncommitted_turns_are_not_read_through_a_key(
+        config: Config, writer: WriterThread) -> None:
+    first, second = grants_of(config, "alice", "alice")
+    with MemoryClient(config=config) as base, MemoryClient(config=config) as keyed:
+        tools = GrantedClient(base, keyed)
+        with acting_as(first):
+            tools.append("alice-trip", "user", "a window seat")
+            tools.flush()
+        writer.stop()
+        with acting_as(first):
+            tools.append("alice-trip", "user", "and no onions")
+            tools.append("alice-new", "user", "a new trip")
+        with acting_as(second):
+            assert contents(tools.get_context("alice-trip")) == ["a window seat"]
+            with pytest.raises(NotFound):  # started by the first key, not committed
+                tools.get_context("alice-new")
+        with acting_as(first):
+            assert contents(tools.get_context("alice-trip")) == [
+                "a window seat", "and no onions"]
+
+
+def test_only_the_most_recent_callers_clients_are_kept(config: Config,
+                                                       writer: WriterThread) -> None:
+    alice, bob = grants_of(config, "alice", "bob")
+    with MemoryClient(config=config) as base, MemoryClient(config=config) as keyed:
+        tools = GrantedClient(base, keyed, cap=1)
+        for grant in (alice, bob, alice):
+            with acting_as(grant):
+                tools.append(f"{sorted(grant.users or ())[0]}-chat", "user", "hello")
+        assert list(tools._for_grant) == [alice]
+        with acting_as(alice):
+            tools.flush()
+            assert contents(tools.get_context("alice-chat")) == ["hello", "hello"]
