@@ -80,11 +80,13 @@ shells:
 	  echo "installing dash"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dash; }
 
-# The dashboard test drives rq-dashboard in a real headless browser (`make run` needs none).
+# The dashboard's and the console's tests drive a real headless browser, the console's
+# through Selenium and Debian's chromedriver (`make run` needs none of it).
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing chromium"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
+	  echo "installing chromium and chromium-driver"; \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import orjson
+
+from memq import names
 
 SENDER = re.compile(r"[0-9a-f]{32}")
 ON_BEHALF = re.compile(r"([0-9a-f]{32}):([0-9a-f]{16})(?::([A-Za-z0-9_-]{1,20000}))?")
@@ -107,3 +110,29 @@ def describe(rejections: Sequence[Rejection]) -> str:
     tail = f"; and {more} more" if more > 0 else ""
     return (f"the writer rejected {len(rejections)} event(s) this client sent: {shown}{tail}"
             " (see `memq rejected list`)")
+
+
+class SetAside(Protocol):
+    """A rejected entry as the database keeps it (``store/read/rejected.py``)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def stream(self) -> str: ...
+    @property
+    def raw(self) -> bytes: ...
+
+
+def replay(client: Any, rows: Iterable[SetAside]) -> int:
+    """Send set-aside entries through the inbox stream each came from again, naming the
+    row it replays (the writer marks it replayed, or updates its reason); returns how
+    many. Back to its own stream, an entry is judged with its sender's rights, never with
+    those of the person who replays it. ``client``: Redis, with the person's credentials
+    (the caller translates its errors)."""
+    pipe = client.pipeline(transaction=False)
+    count = 0
+    for row in rows:
+        pipe.xadd(row.stream, {names.EVENT_FIELD: row.raw, names.REPLAY_FIELD: str(row.id)})
+        count += 1
+    pipe.execute()
+    return count

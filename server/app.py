@@ -23,21 +23,19 @@ from starlette.exceptions import HTTPException
 from memq.authority import Role
 from memq.errors import (
     AuthenticationFailed,
-    BrokerError,
     Busy,
-    ConfigError,
-    DatabaseMismatch,
     MemqError,
-    ModelError,
+    NotFound,
     RateLimited,
-    StoreError,
-    WriterFailed,
+    ValidationError,
 )
-from memq.problems import MEDIA_TYPE, from_error, problem
+from memq.problems import MEDIA_TYPE, problem
 from memq.producers.client import MemoryClient
-from memq.server import feed
+from memq.server import console, feed
 from memq.server.budgets import Budgets
+from memq.server.console.logins import Logins
 from memq.server.delegation import Delegations
+from memq.server.disclosure import disclosed
 from memq.server.guard import Guard
 from memq.server.principals import KEY_TTL_S, KeyRing, Principals, keys_in
 from memq.server.remotes import MAX_REMOTES, MAX_WAITS, Remotes
@@ -75,6 +73,9 @@ def create_app(
     api.state.principals = principals
     api.include_router(router)
     api.include_router(feed.router)
+    logins = Logins(secret.encode(), lambda: tokens.by_role.get(Role.ADMIN))
+    if Role.ADMIN in bases:
+        console.install(api, bases[Role.ADMIN], logins)
     api.add_exception_handler(MemqError, _memq_error)
     api.add_exception_handler(RequestValidationError, _invalid_request)
     api.add_exception_handler(HTTPException, _http_error)
@@ -86,7 +87,13 @@ def create_app(
         except MemqError:  # Redis away: the call itself meets it, and answers 503
             return False
 
-    return Guard(api, allowed_hosts, max_body_bytes, tokens=principals, spent=spent)
+    return Guard(api, allowed_hosts, max_body_bytes, tokens=principals, spent=spent,
+                 door=console.door(logins))
+
+
+def on_console(request: Request) -> bool:
+    """Whether a request is the console's: its errors are pages, not problem details."""
+    return request.url.path == "/ui" or request.url.path.startswith(console.PREFIX)
 
 
 def _problem(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
@@ -94,28 +101,11 @@ def _problem(body: dict[str, Any], headers: dict[str, str] | None = None) -> Res
                     headers=headers)
 
 
-INTERNAL = (ConfigError, StoreError, BrokerError, WriterFailed, DatabaseMismatch, ModelError)
-"""Errors about the server's own parts: their messages name Redis URLs and users, paths
-and files, which a caller has no business reading. The caller gets what kind of trouble it
-is; the server's log keeps the message."""
-
-INTERNAL_DETAIL = {
-    ConfigError: "the server is misconfigured",
-    StoreError: "the server's database cannot be read or written right now",
-    BrokerError: "the server cannot reach its broker right now",
-    WriterFailed: "the server's writer has stopped",
-    DatabaseMismatch: "the server's broker belongs to another database",
-    ModelError: "the server's embedding model cannot be loaded",
-}
-
-
 async def _memq_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MemqError)
-    body = from_error(exc)
-    if isinstance(exc, INTERNAL):
-        log.error("%s %s failed: %s", request.method, request.url.path, exc)
-        kind = next(k for k in INTERNAL_DETAIL if isinstance(exc, k))
-        body["detail"] = f"{INTERNAL_DETAIL[kind]}; its log says why"
+    if on_console(request):
+        return await console.failed(request, exc)
+    body = disclosed(exc, f"{request.method} {request.url.path}")
     if isinstance(exc, AuthenticationFailed):
         return _problem(body, {"WWW-Authenticate": 'Bearer realm="memq"'})
     if isinstance(exc, (Busy, RateLimited)):
@@ -125,6 +115,8 @@ async def _memq_error(request: Request, exc: Exception) -> Response:
 
 async def _invalid_request(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    if on_console(request):
+        return await console.failed(request, ValidationError(describe(exc.errors())))
     return _problem(problem("ValidationError", 422, describe(exc.errors())))
 
 
@@ -144,6 +136,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     detail = exc.detail if isinstance(exc.detail, str) else "bad request"
     if exc.status_code == 404:
         detail = f"no such endpoint: {request.method} {request.url.path[:200]}"
+    if on_console(request):
+        return await console.failed(request, (NotFound if exc.status_code == 404 else
+                                              ValidationError)(detail), exc.status_code)
     return _problem(problem(name, exc.status_code, detail), dict(exc.headers or {}))
 
 

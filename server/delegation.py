@@ -62,7 +62,7 @@ class Delegations:
         body = orjson.dumps({"k": wanted.key_id, "u": _listed(wanted.users),
                              "a": _listed(wanted.agents), "r": sorted(wanted.rights),
                              "e": wanted.expires})
-        token = f"{PREFIX}{_b64(body)}.{_b64(self._sign(body))}"
+        token = f"{PREFIX}{b64(body)}.{b64(self._sign(body))}"
         when = datetime.fromtimestamp(wanted.expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return token, when
 
@@ -72,11 +72,11 @@ class Delegations:
             return None
         body_part, _, signature = presented[len(PREFIX):].partition(".")
         try:
-            body, given = _unb64(body_part), _unb64(signature)
+            body, given = unb64(body_part), unb64(signature)
         except ValueError:
             return None
         # One spelling per token: base64 lets the last character's spare bits vary.
-        if _b64(body) != body_part or _b64(given) != signature:
+        if b64(body) != body_part or b64(given) != signature:
             return None
         if not hmac.compare_digest(self._sign(body), given):
             return None
@@ -139,11 +139,11 @@ def _set(ids: list[str] | None) -> frozenset[str] | None:
     return None if ids is None else frozenset(ids)
 
 
-def _b64(raw: bytes) -> str:
+def b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _unb64(text: str) -> bytes:
+def unb64(text: str) -> bytes:
     try:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (ValueError, TypeError) as exc:

@@ -7,7 +7,9 @@ All of it is checked before the application parses anything, as a plain ASGI mid
   refused with 421, so a web page cannot make a browser talk to the API under its name.
   An ``Origin`` (a browser's request) must name an allowed host too, or it gets 403.
 * A request with a body must carry a token the server issued (``tokens``), checked before a
-  byte of the body is read: without one, 401, and the body is never read.
+  byte of the body is read: without one, 401, and the body is never read. The console's
+  forms (``door``) come with a session cookie instead, and its login form with neither,
+  under a body limit of a few kilobytes.
 * At most ``max_bodies`` bodies are read at once (beyond, 503 after a second's wait), each
   up to ``max_body_bytes`` (by its ``Content-Length`` or by what arrives: 413 before the
   rest is read) and within ``body_timeout_s`` (408): a body trickled a byte at a time does
@@ -33,6 +35,10 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+Door = Callable[[str, dict[str, str]], "int | None"]
+"""(path, headers) -> the body limit of a request let in without a bearer token, or None."""
 
 
 class RoleOf(Protocol):
@@ -64,7 +70,7 @@ class Guard:
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str], max_body_bytes: int, *,
                  tokens: RoleOf | None = None, max_bodies: int = MAX_BODIES,
                  body_timeout_s: float = BODY_TIMEOUT_S,
-                 spent: Callable[[str], bool] | None = None) -> None:
+                 spent: Callable[[str], bool] | None = None, door: Door | None = None) -> None:
         self.app = app
         hosts = frozenset(h.lower().strip("[]") for h in allowed_hosts)
         self.any_host = "*" in hosts
@@ -74,6 +80,9 @@ class Guard:
         self.spent = spent
         """Whether a token's budget for this second is spent: refused before its body is
         read, so a flood past its budget costs the server a header's worth of work."""
+        self.door = door
+        """The body limit of a request that may send one without a bearer token (the
+        console's forms), else None."""
         self.body_timeout_s = body_timeout_s
         self.places = asyncio.Semaphore(max_bodies)
 
@@ -83,17 +92,22 @@ class Guard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", ())}
+        limit = self.max_body_bytes
         refusal = self._refusal(scope, headers)
+        if isinstance(refusal, int):
+            limit, refusal = refusal, None
         if refusal is not None:
             await refuse(send, *refusal)
             return
         if scope.get("method") in BODILESS and not _declares_body(headers):
             await self.app(scope, receive, send)
             return
-        await self._with_body(scope, receive, send)
+        await self._with_body(scope, receive, send, limit)
 
-    def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str, str] | None:
-        """What is wrong with a request before any of its body is read, if anything."""
+    def _refusal(self, scope: Scope, headers: dict[str, str]
+                 ) -> tuple[int, str, str] | int | None:
+        """What is wrong with a request before any of its body is read, if anything; the
+        body limit of a request let in by the door."""
         if not self._allowed(headers.get("host", "")):
             return 421, "PermissionDenied", "this host name is not served here"
         origin = headers.get("origin")
@@ -101,15 +115,25 @@ class Guard:
             return 403, "PermissionDenied", "requests from this origin are not served here"
         needs_token = scope.get("method") not in BODILESS or _declares_body(headers)
         if needs_token and self.tokens is not None and not self._token_ok(headers):
-            return 401, "AuthenticationFailed", (
-                "a bearer token is needed: a key (memq keys create), or agent.token or "
-                "admin.token beside the database")
+            return self._through_door(scope, headers)
         if needs_token and self.spent is not None and self.spent(_token(headers)):
             return 429, "RateLimited", ("this key spent its budget for this second; retry "
                                         "in a second")
+        return self._oversized(headers, self.max_body_bytes)
+
+    def _through_door(self, scope: Scope, headers: dict[str, str]
+                      ) -> tuple[int, str, str] | int:
+        limit = None if self.door is None else self.door(scope.get("path", ""), headers)
+        if limit is None:
+            return 401, "AuthenticationFailed", (
+                "a bearer token is needed: a key (memq keys create), or agent.token or "
+                "admin.token beside the database")
+        return self._oversized(headers, limit) or limit
+
+    def _oversized(self, headers: dict[str, str], limit: int) -> tuple[int, str, str] | None:
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_body_bytes:
-            return 413, "ValidationError", self._too_large()
+        if declared.isdigit() and int(declared) > limit:
+            return 413, "ValidationError", _too_large(limit)
         return None
 
     def _allowed(self, host: str) -> bool:
@@ -120,7 +144,8 @@ class Guard:
         token = _token(headers)
         return bool(token) and self.tokens.role_of(token) is not None
 
-    async def _with_body(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _with_body(self, scope: Scope, receive: Receive, send: Send,
+                         limit: int) -> None:
         try:
             await asyncio.wait_for(self.places.acquire(), PLACE_WAIT_S)
         except TimeoutError:
@@ -128,40 +153,42 @@ class Guard:
                                             "allows at once; retry in a moment")
             return
         try:
-            body = await self._read_in_time(receive, send)
+            body = await self._read_in_time(receive, send, limit)
         finally:
             self.places.release()
         if body is not None:
             await self.app(scope, _replay(body, receive), send)
 
-    async def _read_in_time(self, receive: Receive, send: Send) -> bytes | None:
+    async def _read_in_time(self, receive: Receive, send: Send, limit: int) -> bytes | None:
         """The whole body, or None once the caller was told why not (413, 408)."""
         try:
-            return await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+            return await asyncio.wait_for(_read_body(receive, limit), self.body_timeout_s)
         except TooLarge:
-            await refuse(send, 413, "ValidationError", self._too_large())
+            await refuse(send, 413, "ValidationError", _too_large(limit))
         except TimeoutError:
             await refuse(send, 408, "ValidationError", "the request body did not arrive "
                          f"within {self.body_timeout_s:g} s")
         return None
 
-    def _too_large(self) -> str:
-        return f"the request body is over the {self.max_body_bytes} byte limit"
 
-    async def _read_body(self, receive: Receive) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return b"".join(chunks)  # the client went away: the app sees an empty body
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise TooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+def _too_large(limit: int) -> str:
+    return f"the request body is over the {limit} byte limit"
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)  # the client went away: the app sees an empty body
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

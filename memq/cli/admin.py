@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from memq import authority, broker, names
+from memq import authority, broker
 from memq.cli.common import (
     add_store_options,
     load_config,
@@ -105,7 +105,7 @@ class _LazyBar:
 
 
 def rejected_list(args: argparse.Namespace) -> int:
-    from memq.store.write import rejected
+    from memq.store.read import rejected
 
     rows = read_database(load_config(args).db_path,
                          lambda conn: rejected.list_rejected(conn, include_replayed=args.all))
@@ -127,18 +127,15 @@ def rejected_list(args: argparse.Namespace) -> int:
 
 def rejected_replay(args: argparse.Namespace) -> int:
     from memq.errors import ValidationError
-    from memq.store.write import rejected
+    from memq.rejections import replay
+    from memq.store.read import rejected
 
     if not args.ids and not args.all:
         raise ValidationError("name the rejected event ids to replay, or pass --all")
     config = load_config(args)
     rows = read_database(config.db_path, lambda conn: (
         rejected.list_rejected(conn) if args.all else [rejected.get(conn, i) for i in args.ids]))
-    client = broker.client_for(config)
     with broker.translated(config.redis_url, "replaying rejected events"):
-        for row in rows:
-            # Back to the stream it came from: judged with its sender's rights, not ours.
-            client.xadd(row.stream,
-                        {names.EVENT_FIELD: row.raw, names.REPLAY_FIELD: str(row.id)})
+        replay(broker.client_for(config), rows)
     print(f"replayed {len(rows)} event(s)", file=sys.stdout)
     return 0

@@ -1,32 +1,16 @@
 """Events the writer could not apply, set aside with their reason for an operator.
 
-``memq rejected list`` shows them; ``memq rejected replay`` sends the raw entry through the
-inbox stream it came from again (for example after upgrading a writer that did not know its
-version): a replay is judged with its sender's rights, never with the operator's.
+``memq rejected list`` and the console show them (``store/read/rejected.py``); a replay
+(``memq.rejections.replay``) sends the raw entry through the inbox stream it came from again
+(for example after upgrading a writer that did not know its version): a replay is judged
+with its sender's rights, never with the operator's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import apsw
 
-from memq.errors import NotFound
 from memq.printable import bounded
-
-
-@dataclass(frozen=True)
-class Rejected:
-    id: int
-    stream: str
-    """The inbox stream the entry came from: who sent it (see memq.authority)."""
-    stream_id: str
-    raw: bytes
-    reason: str
-    attempts: int
-    rejected_at: str
-    replayed_at: str | None
-
 
 MAX_REASON_CHARS = 500
 """Reasons quote what they refuse, and that is the sender's input: they are cut to this,
@@ -65,21 +49,3 @@ def record(
 def mark_replayed(cur: apsw.Cursor, rejected_id: int, stream: str, now: str) -> None:
     cur.execute("UPDATE rejected_events SET replayed_at = ? WHERE id = ? AND stream = ?",
                 (now, rejected_id, stream))
-
-
-_COLUMNS = "id, stream, stream_id, raw, reason, attempts, rejected_at, replayed_at"
-
-
-def list_rejected(conn: apsw.Connection, *, include_replayed: bool = False) -> list[Rejected]:
-    where = "" if include_replayed else "WHERE replayed_at IS NULL"
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM rejected_events {where} ORDER BY id")
-    return [Rejected(*row) for row in rows]
-
-
-def get(conn: apsw.Connection, rejected_id: int) -> Rejected:
-    row = conn.execute(
-        f"SELECT {_COLUMNS} FROM rejected_events WHERE id = ?", (rejected_id,)
-    ).fetchone()
-    if row is None:
-        raise NotFound(f"no rejected event with id {rejected_id}")
-    return Rejected(*row)

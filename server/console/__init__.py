@@ -1,0 +1,50 @@
+"""The console at ``/ui``: the person's view of what agents remember, and their actions.
+
+Server-rendered pages from the package's own templates and stylesheet (no script, no
+CDN, no build step). Signed in with the admin token into an ``HttpOnly``,
+``SameSite=Strict`` cookie (``logins.py``); every change is a POST with the session's CSRF
+token (``actions.py``), made through the person's client; every page only reads
+(``pages.py``). The guard in front of the API checks the session before a form's body is
+read, as it checks a bearer token (:func:`door`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import FastAPI
+
+from memq.producers.client import MemoryClient
+from memq.server.console import actions, pages
+from memq.server.console.logins import Logins
+from memq.server.console.state import Console, LoginNeeded, failed, login_needed
+
+PREFIX = "/ui/"
+LOGIN_PATH = "/ui/login"
+LOGIN_MAX_BYTES = 4096
+"""A login form's body: a token and little else (read before anyone is known)."""
+FORM_MAX_BYTES = 1024 * 1024
+"""A signed-in form's body: a fact's value, a command, a key's grant."""
+
+
+def install(api: FastAPI, person: MemoryClient, logins: Logins) -> None:
+    """Serve the console on ``api``, reading and acting through ``person`` (admin)."""
+    api.state.console = Console(person, logins)
+    api.include_router(pages.router)
+    api.include_router(actions.router)
+    api.add_exception_handler(LoginNeeded, login_needed)
+
+
+def door(logins: Logins) -> Callable[[str, dict[str, str]], int | None]:
+    """For the guard: the body limit of a request to the console that may send one
+    without a bearer token (the login form; a form of a live session), else None."""
+    def admitted(path: str, headers: dict[str, str]) -> int | None:
+        if path == LOGIN_PATH:
+            return LOGIN_MAX_BYTES
+        if path.startswith(PREFIX) and logins.read(headers.get("cookie", "")) is not None:
+            return FORM_MAX_BYTES
+        return None
+    return admitted
+
+
+__all__ = ["door", "failed", "install"]

@@ -1,0 +1,218 @@
+"""The console's actions: every change is a POST of a form that carries the session's
+CSRF token, runs one call of the person's client (so the writer judges it by the same
+authority table as the CLI's calls), waits for the writer to commit it, and leads back to
+the page it came from, which then shows the change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import RedirectResponse, Response
+
+from memq import tenants
+from memq.errors import FlushTimeout, NotFound, PermissionDenied, ValidationError
+from memq.rejections import replay
+from memq.server.console.logins import COOKIE, LIFETIME_S, csrf_ok
+from memq.server.console.pages import SAID_COOKIE
+from memq.server.console.render import page
+from memq.server.console.state import Console, console_of, signed_in, told
+from memq.store.read import rejected
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+FORM = "application/x-www-form-urlencoded"
+WAIT_S = 5.0
+"""How long an action waits for the writer before its page says it is still on its way."""
+MAX_BACK_CHARS = 2000
+
+
+class Form:
+    """A posted form's fields, each read as the action needs it."""
+
+    def __init__(self, fields: dict[str, list[str]]) -> None:
+        self.fields = fields
+
+    def one(self, name: str) -> str:
+        value = self.optional(name)
+        if value is None:
+            raise ValidationError(f"the form's {name} is empty")
+        return value
+
+    def optional(self, name: str) -> str | None:
+        value = (self.fields.get(name) or [""])[0].strip()
+        return value or None
+
+    def listed(self, name: str) -> list[str] | None:
+        """A comma-separated field as names (None: left empty)."""
+        value = self.optional(name)
+        return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+async def form_of(request: Request) -> Form:
+    if request.headers.get("content-type", "").split(";")[0].strip() != FORM:
+        raise ValidationError(f"the console's forms are sent as {FORM}")
+    body = (await request.body()).decode("utf-8", "replace")
+    return Form(parse_qs(body, keep_blank_values=True, max_num_fields=200))
+
+
+@router.get("/login")
+def login_form() -> Response:
+    return page("login.html", said=None)
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    cookie = console_of(request).logins.start((await form_of(request)).optional("token") or "")
+    if cookie is None:
+        return page("login.html", 401, said="that is not the admin token (admin.token "
+                                            "beside the database)")
+    response = RedirectResponse("/ui/memory", 303)
+    response.set_cookie(COOKIE, cookie, max_age=int(LIFETIME_S), path="/ui", httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https")
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    await _checked_form(request)
+    response = RedirectResponse("/ui/login", 303)
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+@router.post("/act/create_key")
+async def create_key(request: Request) -> Response:
+    """Its answer is the keys' page itself: the secret is shown there once."""
+    form = await _checked_form(request)
+    return await run_in_threadpool(_created_key, console_of(request), form)
+
+
+@router.post("/act/{name}")
+async def act(request: Request, name: str) -> Response:
+    form = await _checked_form(request)
+    action = ACTIONS.get(name)
+    if action is None:
+        raise NotFound(f"no console action {name!r}")
+    said = await run_in_threadpool(_run, console_of(request), action, form)
+    response = RedirectResponse(_back(form), 303)
+    response.set_cookie(SAID_COOKIE, said[:500], max_age=60, path="/ui", httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https")
+    return response
+
+
+async def _checked_form(request: Request) -> Form:
+    login = signed_in(request)
+    form = await form_of(request)
+    if not csrf_ok(login, form.optional("csrf")):
+        raise PermissionDenied("this form's CSRF token is missing or not this session's: "
+                               "reload the page and send it again")
+    return form
+
+
+def _run(console: Console, action: Action, form: Form) -> str:
+    with console.acting:
+        said = action(console, form)
+        try:
+            console.actor.flush(timeout=WAIT_S)
+        except FlushTimeout:
+            return f"{said}; sent, but the writer has not committed it yet (is it running?)"
+    return said
+
+
+def _back(form: Form) -> str:
+    """The page the form came from: one of the console's, never another site."""
+    back = form.optional("back") or "/ui/memory"
+    if not back.startswith("/ui/") or "\\" in back or "//" in back or len(back) > MAX_BACK_CHARS:
+        return "/ui/memory"
+    return back
+
+
+def _created_key(console: Console, form: Form) -> Response:
+    expires = form.optional("expires_at")
+    with console.acting:
+        made = console.actor.create_key(
+            form.one("name"), tenant=form.optional("tenant") or "default",
+            users=form.listed("users"), agents=form.listed("agents"),
+            can=form.fields.get("can") or ["read"], expires_at=expires)
+        console.actor.flush(timeout=WAIT_S)
+    return page("keys.html", keys=console.reader.api_keys()[:200], secret=made,
+                csrf=form.one("csrf"), said=f"created key {made.id}: copy its secret now, "
+                                            "it is not shown again")
+
+
+Action = Callable[[Console, Form], str]
+
+
+def _approve(console: Console, form: Form) -> str:
+    stored = console.actor.allow_prefix(form.one("command"), tenant=form.optional("tenant"))
+    return f"approved {stored!r}"
+
+
+def _revoke_prefix(console: Console, form: Form) -> str:
+    stored = console.actor.revoke_prefix(form.one("prefix"), tenant=form.optional("tenant"))
+    return f"revoked {stored!r}"
+
+
+def _set_fact(console: Console, form: Form) -> str:
+    category, key, value = form.one("category"), form.one("key"), form.one("value")
+    # The person's word: protected from agents, and it replaces theirs.
+    console.actor.set_fact(category, key, value, source="user", force=True,
+                              user_id=form.optional("user"))
+    return f"set {category}/{key} = {value!r}"
+
+
+def _delete_fact(console: Console, form: Form) -> str:
+    category, key = form.one("category"), form.one("key")
+    console.actor.delete_fact(category, key, source="user", user_id=form.optional("user"))
+    return f"deleted {category}/{key}"
+
+
+def _task(method: str, done: str) -> Action:
+    def change(console: Console, form: Form) -> str:
+        task_id = form.one("task_id")
+        getattr(console.actor, method)(task_id)
+        return f"{done} task {task_id}"
+    return change
+
+
+def _replay(console: Console, form: Form) -> str:
+    ids = form.fields.get("id") or []
+    if not ids or not all(i.isdigit() for i in ids):
+        raise ValidationError("name the rejected events to replay by their ids")
+    with console.reader.readers.connection() as conn:
+        rows = [rejected.get(conn, int(i)) for i in ids]
+    with told(console, "replaying rejected events"):
+        count = replay(console.actor.redis, rows)
+    return f"replayed {count} event(s): the writer judges them again"
+
+
+def _forget(what: str) -> Action:
+    def erase(console: Console, form: Form) -> str:
+        named = form.one(what)
+        if form.optional("confirm") != tenants.split(named)[1]:
+            raise ValidationError(f"type the {what}'s id exactly to confirm the forget")
+        if what == "session":
+            console.actor.forget_session(named)
+        else:
+            console.actor.forget_user(named)
+        return f"forgot the {what} {named!r}: its memory is being erased"
+    return erase
+
+
+def _revoke_key(console: Console, form: Form) -> str:
+    key_id = console.actor.revoke_key(form.one("key_id"))
+    return f"revoked key {key_id}"
+
+
+ACTIONS: dict[str, Action] = {
+    "approve": _approve, "revoke_prefix": _revoke_prefix,
+    "set_fact": _set_fact, "delete_fact": _delete_fact,
+    "pause_task": _task("pause_task", "paused"), "resume_task": _task("resume_task", "resumed"),
+    "delete_task": _task("delete_task", "deleted"),
+    "replay": _replay, "forget_session": _forget("session"), "forget_user": _forget("user"),
+    "revoke_key": _revoke_key,
+}

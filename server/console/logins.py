@@ -1,0 +1,99 @@
+"""The console's login: the person's token in, a signed session cookie out.
+
+The token is typed once; the browser keeps only a cookie that names no secret: an
+HMAC-signed body (the servers' shared secret, as for delegated tokens) holding when it
+expires, a random nonce and a fingerprint of the token it was made from. So any server
+of the database reads it, and a rotated ``admin.token`` ends every session made with the
+old one. The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other
+site's page sends it) and scoped to ``/ui``.
+
+Every form carries the session's CSRF token, derived from its nonce under the same
+secret: a page elsewhere can neither read it nor make one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.cookies import CookieError, SimpleCookie
+
+import orjson
+
+from memq.server.delegation import b64, unb64
+
+COOKIE = "memq_console"
+LIFETIME_S = 8 * 3600.0
+"""A working day; then the person types the token again."""
+MAX_COOKIE_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class Login:
+    """A live console session."""
+
+    csrf: str
+    expires: float
+
+
+class Logins:
+    """Sessions for whoever presents the token ``current()`` returns (the admin's)."""
+
+    def __init__(self, secret: bytes, current: Callable[[], str | None]) -> None:
+        self._secret = secret
+        self._current = current
+
+    def start(self, presented: str) -> str | None:
+        """A session cookie's value for ``presented``, or None if it is not the token."""
+        token = self._current()
+        if token is None or not hmac.compare_digest(presented.encode(), token.encode()):
+            return None
+        body = orjson.dumps({"f": _fingerprint(token), "e": time.time() + LIFETIME_S,
+                             "n": secrets.token_urlsafe(16)})
+        return f"{b64(body)}.{b64(self._sign(b'session', body))}"
+
+    def read(self, cookie_header: str) -> Login | None:
+        """The session a ``Cookie`` header carries, if this server made it and it lives."""
+        value = _cookie(cookie_header, COOKIE)
+        if value is None or len(value) > MAX_COOKIE_CHARS:
+            return None
+        body_part, _, signature = value.partition(".")
+        try:
+            body, given = unb64(body_part), unb64(signature)
+        except ValueError:
+            return None
+        if b64(body) != body_part or not hmac.compare_digest(self._sign(b"session", body),
+                                                             given):
+            return None
+        data = orjson.loads(body)
+        token = self._current()
+        if data["e"] <= time.time() or token is None or not hmac.compare_digest(
+                data["f"], _fingerprint(token)):
+            return None
+        return Login(b64(self._sign(b"csrf", data["n"].encode())), data["e"])
+
+    def _sign(self, purpose: bytes, body: bytes) -> bytes:
+        return hmac.new(self._secret, b"memq console " + purpose + b"\0" + body,
+                        hashlib.sha256).digest()
+
+
+def csrf_ok(login: Login, given: str | None) -> bool:
+    return given is not None and hmac.compare_digest(login.csrf.encode(), given.encode())
+
+
+def _fingerprint(token: str) -> str:
+    return hashlib.sha256(b"memq console\0" + token.encode()).hexdigest()[:32]
+
+
+def _cookie(header: str, name: str) -> str | None:
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except CookieError:
+        return None
+    morsel = jar.get(name)
+    return None if morsel is None else morsel.value
+

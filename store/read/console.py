@@ -1,0 +1,72 @@
+"""What the console shows that no client call returns: users at a glance, and a session's
+timeline with each turn's state (embedded, summarised into which summary).
+
+Bounded reads only: the console answers on databases of millions of turns, so every list
+is a page, and a turn's text comes cut to :data:`SHOWN_CHARS` (tool outputs run long).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apsw
+
+from memq.store.read.hidden import visible
+
+SHOWN_CHARS = 2000
+"""The most of a turn's text a timeline carries; the rest is counted, not read."""
+
+
+@dataclass(frozen=True)
+class UserRow:
+    user_id: str
+    """As stored: a tenant's users in their tenant's form (:mod:`memq.tenants`)."""
+    sessions: int
+    turns: int
+    last_active_at: str
+
+
+@dataclass(frozen=True)
+class Turn:
+    id: str
+    role: str
+    content: str
+    """At most :data:`SHOWN_CHARS` of it."""
+    length: int
+    created_at: str
+    importance: float
+    embedded: bool
+    summary_id: str | None
+    """The summary that stands in for it, once consolidated."""
+    seq: int
+
+
+def users(conn: apsw.Connection, limit: int) -> list[UserRow]:
+    """Users with sessions, most recently active first."""
+    rows = conn.execute(
+        """SELECT user_id, count(*), total(message_count), max(last_active_at)
+           FROM sessions WHERE user_id IS NOT NULL AND last_active_at IS NOT NULL
+           GROUP BY user_id ORDER BY max(last_active_at) DESC, user_id LIMIT ?""",
+        (limit,))
+    return [UserRow(user, sessions, int(turns), last) for user, sessions, turns, last in rows]
+
+
+_TIMELINE = f"""
+    SELECT id, role, substr(content, 1, {SHOWN_CHARS}), length(content), created_at,
+           importance, embedding IS NOT NULL,
+           (SELECT summary_id FROM summary_sources WHERE source_id = messages.id), seq
+    FROM messages INDEXED BY messages_by_session
+    WHERE session_id = :session AND {visible()} {{before}}
+    ORDER BY created_at DESC, seq DESC LIMIT :limit"""
+
+
+def timeline(conn: apsw.Connection, session_id: str, limit: int,
+             before: tuple[str, int] | None = None) -> list[Turn]:
+    """A page of the session's turns and summaries, newest first: the ``limit`` before
+    ``before`` (a turn's ``(created_at, seq)``), or the newest."""
+    where = "" if before is None else "AND (created_at, seq) < (:at, :seq)"
+    params = {"session": session_id, "limit": limit,
+              "at": before[0] if before else None, "seq": before[1] if before else None}
+    rows = conn.execute(_TIMELINE.format(before=where), params)
+    return [Turn(i, role, text, length, at, importance, bool(embedded), summary, seq)
+            for i, role, text, length, at, importance, embedded, summary, seq in rows]

@@ -1,0 +1,20 @@
+"""A real ``memq serve`` with its console, and its writer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memq.authority import Role
+from memq.config import Config
+from memq.testing import WriterThread
+from tests.producers.serving import Served, serving
+
+
+@pytest.fixture
+def served(config: Config, role_urls: dict[Role, str], writer: WriterThread,
+           tmp_path: Path) -> Iterator[Served]:
+    with serving(config, role_urls, tmp_path) as running:
+        yield running

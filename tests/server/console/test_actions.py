@@ -1,0 +1,191 @@
+"""The console over plain HTTP: who gets in, which forms are refused, and that each
+action changes what the API then reads."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from memq import RemoteMemoryClient
+from memq.authority import Role
+from tests.producers.serving import Served
+
+pytestmark = [pytest.mark.redis]
+
+
+def signed_in(served: Served) -> httpx.Client:
+    browser = httpx.Client(base_url=served.url, follow_redirects=False)
+    answer = browser.post("/ui/login", data={"token": served.token(Role.ADMIN)})
+    assert answer.status_code == 303, answer.text
+    return browser
+
+
+@pytest.fixture
+def person(served: Served) -> Iterator[httpx.Client]:
+    browser = signed_in(served)
+    yield browser
+    browser.close()
+
+
+def csrf_of(page: httpx.Response) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found, page.text[:500]
+    return found.group(1)
+
+
+def post(browser: httpx.Client, path: str, **fields: str) -> httpx.Response:
+    token = csrf_of(browser.get("/ui/approvals"))
+    return browser.post(path, data={"csrf": token, **fields})
+
+
+def test_pages_need_a_session(served: Served) -> None:
+    with httpx.Client(base_url=served.url) as stranger:
+        for page in ("/ui", "/ui/memory", "/ui/approvals", "/ui/keys", "/ui/health"):
+            answer = stranger.get(page, follow_redirects=True)
+            assert answer.url.path == "/ui/login", page
+            assert 'name="token"' in answer.text
+
+
+def test_the_session_cookie_is_http_only_strict_and_names_no_token(served: Served) -> None:
+    with httpx.Client(base_url=served.url) as browser:
+        answer = browser.post("/ui/login", data={"token": served.token(Role.ADMIN)})
+    cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie or "SameSite=Strict" in cookie
+    assert "Path=/ui" in cookie
+    assert served.token(Role.ADMIN) not in cookie
+
+
+@pytest.mark.parametrize("token", ["agent", "", "x" * 43, "admin-but-wrong"])
+def test_only_the_admin_token_signs_in(served: Served, token: str) -> None:
+    presented = served.token(Role.AGENT) if token == "agent" else token
+    with httpx.Client(base_url=served.url) as browser:
+        answer = browser.post("/ui/login", data={"token": presented})
+    assert answer.status_code == 401
+    assert "set-cookie" not in answer.headers
+    assert "not the admin token" in answer.text
+
+
+def test_an_agent_token_reaches_no_page_and_no_action(served: Served) -> None:
+    bearer = {"Authorization": f"Bearer {served.token(Role.AGENT)}"}
+    with httpx.Client(base_url=served.url, headers=bearer) as agent:
+        assert agent.get("/ui/keys", follow_redirects=False).status_code == 303
+        for action in ("approve", "revoke_key", "set_fact", "forget_user", "create_key"):
+            answer = agent.post(f"/ui/act/{action}", data={"command": "rm -rf /"})
+            assert answer.status_code == 401, action
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+        assert admin.allowed_prefixes() == []
+
+
+def test_a_form_without_its_csrf_token_is_refused(served: Served,
+                                                  person: httpx.Client) -> None:
+    for fields in ({}, {"csrf": ""}, {"csrf": "forged"}):
+        answer = person.post("/ui/act/approve", data={"command": "git status", **fields})
+        assert answer.status_code == 403, fields
+        assert "CSRF token" in answer.text
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+        assert admin.allowed_prefixes() == []
+
+
+def test_another_sessions_csrf_token_is_refused(served: Served, person: httpx.Client) -> None:
+    other = signed_in(served)
+    theirs = csrf_of(other.get("/ui/approvals"))
+    other.close()
+    answer = person.post("/ui/act/approve", data={"command": "git status", "csrf": theirs})
+    assert answer.status_code == 403
+
+
+def test_a_cross_origin_form_post_is_refused(served: Served, person: httpx.Client) -> None:
+    token = csrf_of(person.get("/ui/approvals"))
+    answer = person.post("/ui/act/approve", data={"command": "git status", "csrf": token},
+                         headers={"Origin": "https://evil.example"})
+    assert answer.status_code == 403
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+        assert admin.allowed_prefixes() == []
+
+
+def test_no_get_changes_anything(served: Served, person: httpx.Client) -> None:
+    for path in ("/ui/act/approve?command=ls", "/ui/logout", "/ui/act/create_key?name=k"):
+        assert person.get(path).status_code in (404, 405), path
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+        assert admin.allowed_prefixes() == []
+        assert admin.api_keys() == []
+
+
+def test_approving_and_revoking_change_what_the_matcher_allows(
+        served: Served, person: httpx.Client) -> None:
+    page = person.get("/ui/approvals", params={"command": "git status --short"})
+    assert "an agent must ask first" in page.text
+    assert "<code>git status --short</code>" in page.text
+    done = post(person, "/ui/act/approve", command="git status --short",
+                back="/ui/approvals?command=git%20status%20--short")
+    assert done.status_code == 303
+    with RemoteMemoryClient(served.url, token=served.token(Role.AGENT)) as agent:
+        assert agent.is_command_allowed("git status --short")
+        page = person.get(done.headers["location"])
+        assert "approved" in page.text
+        assert "allowed without asking" in page.text
+        post(person, "/ui/act/revoke_prefix", prefix="git status --short")
+        assert not agent.is_command_allowed("git status --short")
+
+
+def test_a_forget_needs_the_id_typed(served: Served, person: httpx.Client) -> None:
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+        admin.append("trip", "user", "a window seat", user_id="alice")
+        admin.flush()
+        refused = post(person, "/ui/act/forget_session", session="trip", confirm="tri")
+        assert refused.status_code == 422
+        assert [m.content for m in admin.history("trip")] == ["a window seat"]
+        post(person, "/ui/act/forget_session", session="trip", confirm="trip")
+        assert admin.history("trip") == []
+
+
+def test_a_key_made_here_shows_its_secret_once_and_works(served: Served,
+                                                         person: httpx.Client) -> None:
+    token = csrf_of(person.get("/ui/keys"))
+    made = person.post("/ui/act/create_key", data={"csrf": token, "name": "assistant",
+                                                   "users": "alice", "can": "read"})
+    assert made.status_code == 200
+    secret = re.search(r'class="secret">([^<]+)<', made.text)
+    assert secret
+    with RemoteMemoryClient(served.url, token=secret.group(1)) as key:
+        assert key.sessions() == []
+    assert secret.group(1) not in person.get("/ui/keys").text
+
+
+def test_errors_are_pages_that_name_no_insides(served: Served, person: httpx.Client) -> None:
+    missing = person.get("/ui/session", params={"id": "nope"})
+    assert missing.status_code == 404
+    assert "text/html" in missing.headers["content-type"]
+    assert "no session" in missing.text
+    assert person.get("/ui/session").status_code == 422
+    assert person.get("/ui/nowhere").status_code == 404
+
+
+def test_pages_run_no_script_and_load_nothing_from_elsewhere(person: httpx.Client) -> None:
+    for path in ("/ui/memory", "/ui/approvals", "/ui/tasks", "/ui/rejected", "/ui/keys",
+                 "/ui/health"):
+        page = person.get(path)
+        assert page.status_code == 200, (path, page.text[:300])
+        assert "<script" not in page.text
+        assert "http://" not in page.text
+        assert "https://" not in page.text
+        assert "script-src" not in page.headers["content-security-policy"]
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+
+
+def test_a_value_an_agent_wrote_is_shown_never_run(served: Served,
+                                                   person: httpx.Client) -> None:
+    hostile = '<script>alert(1)</script><img src=x onerror=alert(2)>'
+    with RemoteMemoryClient(served.url, token=served.token(Role.AGENT)) as agent:
+        agent.append("trip", "user", hostile, user_id="alice")
+        agent.set_fact("notes", "x", hostile, user_id="alice")
+        agent.flush()
+    for page in (person.get("/ui/session", params={"id": "trip", "query": "alert"}),
+                 person.get("/ui/memory", params={"user": "alice"})):
+        assert "<script>alert" not in page.text
+        assert "<img src=x" not in page.text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
