@@ -176,3 +176,7 @@ CONSOLIDATION_PLANNED_PREFIX = "memq:consolidation:planned:"
 ERASED_PREFIX = "memq:erased:"
 """+ a forget's event id: set once the writer has finished it (the WAL truncated, the RQ jobs
 that carried the text deleted), with what was erased (``memq forget`` waits for it)."""
+
+CONSOLE_ENDED_PREFIX = "memq:console:ended:"
+"""+ a console session's nonce: set when the person signs out, until the session would have
+expired, so a copy of its cookie is refused by every server of the database."""

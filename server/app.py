@@ -74,7 +74,8 @@ def create_app(
     api.include_router(router)
     api.include_router(feed.router)
     logins = Logins(secret.encode(), lambda: tokens.by_role.get(Role.ADMIN))
-    if Role.ADMIN in bases:
+    served_console = Role.ADMIN in bases
+    if served_console:
         console.install(api, bases[Role.ADMIN], logins)
     api.add_exception_handler(MemqError, _memq_error)
     api.add_exception_handler(RequestValidationError, _invalid_request)
@@ -88,7 +89,7 @@ def create_app(
             return False
 
     return Guard(api, allowed_hosts, max_body_bytes, tokens=principals, spent=spent,
-                 door=console.door(logins))
+                 door=console.door(logins) if served_console else None)
 
 
 def on_console(request: Request) -> bool:

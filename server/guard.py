@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -37,8 +38,21 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
-Door = Callable[[str, dict[str, str]], "int | None"]
-"""(path, headers) -> the body limit of a request let in without a bearer token, or None."""
+@dataclass(frozen=True)
+class Gate:
+    """How a request let in without a bearer token may send its body."""
+
+    limit: int
+    """Its most bytes."""
+    places: asyncio.Semaphore | None = None
+    """Places of its own (None: the guard's, shared with every authenticated body): a
+    body anyone may send must never take the places of those who are known."""
+    timeout_s: float | None = None
+    """Its own time to arrive whole (None: the guard's)."""
+
+
+Door = Callable[[str, dict[str, str]], "Gate | None"]
+"""(path, headers) -> how a request let in without a bearer token sends its body, or None."""
 
 
 class RoleOf(Protocol):
@@ -92,22 +106,22 @@ class Guard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", ())}
-        limit = self.max_body_bytes
+        gate = Gate(self.max_body_bytes)
         refusal = self._refusal(scope, headers)
-        if isinstance(refusal, int):
-            limit, refusal = refusal, None
+        if isinstance(refusal, Gate):
+            gate, refusal = refusal, None
         if refusal is not None:
             await refuse(send, *refusal)
             return
         if scope.get("method") in BODILESS and not _declares_body(headers):
             await self.app(scope, receive, send)
             return
-        await self._with_body(scope, receive, send, limit)
+        await self._with_body(scope, receive, send, gate)
 
     def _refusal(self, scope: Scope, headers: dict[str, str]
-                 ) -> tuple[int, str, str] | int | None:
+                 ) -> tuple[int, str, str] | Gate | None:
         """What is wrong with a request before any of its body is read, if anything; the
-        body limit of a request let in by the door."""
+        gate of a request let in by the door."""
         if not self._allowed(headers.get("host", "")):
             return 421, "PermissionDenied", "this host name is not served here"
         origin = headers.get("origin")
@@ -122,13 +136,13 @@ class Guard:
         return self._oversized(headers, self.max_body_bytes)
 
     def _through_door(self, scope: Scope, headers: dict[str, str]
-                      ) -> tuple[int, str, str] | int:
-        limit = None if self.door is None else self.door(scope.get("path", ""), headers)
-        if limit is None:
+                      ) -> tuple[int, str, str] | Gate:
+        gate = None if self.door is None else self.door(scope.get("path", ""), headers)
+        if gate is None:
             return 401, "AuthenticationFailed", (
                 "a bearer token is needed: a key (memq keys create), or agent.token or "
                 "admin.token beside the database")
-        return self._oversized(headers, limit) or limit
+        return self._oversized(headers, gate.limit) or gate
 
     def _oversized(self, headers: dict[str, str], limit: int) -> tuple[int, str, str] | None:
         declared = headers.get("content-length", "")
@@ -145,29 +159,31 @@ class Guard:
         return bool(token) and self.tokens.role_of(token) is not None
 
     async def _with_body(self, scope: Scope, receive: Receive, send: Send,
-                         limit: int) -> None:
+                         gate: Gate) -> None:
+        places = gate.places or self.places
         try:
-            await asyncio.wait_for(self.places.acquire(), PLACE_WAIT_S)
+            await asyncio.wait_for(places.acquire(), PLACE_WAIT_S)
         except TimeoutError:
             await refuse(send, 503, "Busy", "this server reads as many request bodies as it "
                                             "allows at once; retry in a moment")
             return
         try:
-            body = await self._read_in_time(receive, send, limit)
+            body = await self._read_in_time(receive, send, gate)
         finally:
-            self.places.release()
+            places.release()
         if body is not None:
             await self.app(scope, _replay(body, receive), send)
 
-    async def _read_in_time(self, receive: Receive, send: Send, limit: int) -> bytes | None:
+    async def _read_in_time(self, receive: Receive, send: Send, gate: Gate) -> bytes | None:
         """The whole body, or None once the caller was told why not (413, 408)."""
+        timeout = gate.timeout_s or self.body_timeout_s
         try:
-            return await asyncio.wait_for(_read_body(receive, limit), self.body_timeout_s)
+            return await asyncio.wait_for(_read_body(receive, gate.limit), timeout)
         except TooLarge:
-            await refuse(send, 413, "ValidationError", _too_large(limit))
+            await refuse(send, 413, "ValidationError", _too_large(gate.limit))
         except TimeoutError:
             await refuse(send, 408, "ValidationError", "the request body did not arrive "
-                         f"within {self.body_timeout_s:g} s")
+                         f"within {timeout:g} s")
         return None
 
 

@@ -31,7 +31,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 PAGES = ["README.md", *(f"docs/{page}" for page in (
     "architecture.md", "agents.md", "adapters.md", "cli.md", "configuration.md",
-    "operations.md", "security.md", "reliability.md", "retrieval.md", "benchmarks.md",
+    "operations.md", "console.md", "security.md", "reliability.md", "retrieval.md", "benchmarks.md",
     "legacy-layout.md", "index.md"))]
 """The README, then the documentation's pages in the site's order (mkdocs.yml)."""
 

@@ -59,7 +59,10 @@ def serve(args: argparse.Namespace) -> int:
                      require_keys=config.serve.require_keys,
                      delegation_secret=ensure_secret(directory / DELEGATION_SECRET))
     scheme = "https" if args.ssl_certfile else "http"
-    logs.log(logger, "serving the memq API", url=f"{scheme}://{args.host}:{args.port}/docs",
+    # The schema, not /docs: the API serves no page that loads scripts from elsewhere.
+    base = f"{scheme}://{args.host}:{args.port}"
+    logs.log(logger, "serving the memq API", url=f"{base}/v1", schema=f"{base}/openapi.json",
+             console=f"{base}/ui",
              tokens=[str(token_path(directory, role)) for role in SERVED_ROLES])
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning",

@@ -10,7 +10,7 @@ read, as it checks a bearer token (:func:`door`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
 
 from fastapi import FastAPI
 
@@ -18,13 +18,18 @@ from memq.producers.client import MemoryClient
 from memq.server.console import actions, pages
 from memq.server.console.logins import Logins
 from memq.server.console.state import Console, LoginNeeded, failed, login_needed
+from memq.server.guard import Door, Gate
 
 PREFIX = "/ui/"
 LOGIN_PATH = "/ui/login"
-LOGIN_MAX_BYTES = 4096
-"""A login form's body: a token and little else (read before anyone is known)."""
-FORM_MAX_BYTES = 1024 * 1024
-"""A signed-in form's body: a fact's value, a command, a key's grant."""
+LOGIN_BYTES = 4096
+LOGIN_PLACES = 8
+LOGIN_TIMEOUT_S = 2.0
+"""A login form's body: a token and little else, read before anyone is known, so in places
+of its own (never the API's) and quickly: one arrives in a single packet."""
+FORM_GATE = Gate(1024 * 1024)
+"""A signed-in form's body (a fact's value, a command, a key's grant), in the places of
+every authenticated body."""
 
 
 def install(api: FastAPI, person: MemoryClient, logins: Logins) -> None:
@@ -35,14 +40,18 @@ def install(api: FastAPI, person: MemoryClient, logins: Logins) -> None:
     api.add_exception_handler(LoginNeeded, login_needed)
 
 
-def door(logins: Logins) -> Callable[[str, dict[str, str]], int | None]:
-    """For the guard: the body limit of a request to the console that may send one
-    without a bearer token (the login form; a form of a live session), else None."""
-    def admitted(path: str, headers: dict[str, str]) -> int | None:
+def door(logins: Logins) -> Door:
+    """For the guard: how a request to the console sends its body without a bearer token
+    (the login form; a form of a signed session), else None. The signature alone is
+    checked here, in the event loop; a page checks the session is not ended."""
+    # Per server: a semaphore belongs to the event loop that first waits on it.
+    login = Gate(LOGIN_BYTES, asyncio.Semaphore(LOGIN_PLACES), timeout_s=LOGIN_TIMEOUT_S)
+
+    def admitted(path: str, headers: dict[str, str]) -> Gate | None:
         if path == LOGIN_PATH:
-            return LOGIN_MAX_BYTES
+            return login
         if path.startswith(PREFIX) and logins.read(headers.get("cookie", "")) is not None:
-            return FORM_MAX_BYTES
+            return FORM_GATE
         return None
     return admitted
 

@@ -6,8 +6,9 @@ the page it came from, which then shows the change.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -28,10 +29,14 @@ FORM = "application/x-www-form-urlencoded"
 WAIT_S = 5.0
 """How long an action waits for the writer before its page says it is still on its way."""
 MAX_BACK_CHARS = 2000
+MAX_FIELDS = 200
+REJECTED_ID = re.compile(r"[0-9]{1,18}")
 
 
 class Form:
-    """A posted form's fields, each read as the action needs it."""
+    """A posted form's fields, each read as the action needs it: as sent, never trimmed
+    (ids may hold spaces, and U+001F, which Python counts as one, makes a tenant's form:
+    a trimmed ``"trip "`` or ``"acme\x1f"`` would name another session or user)."""
 
     def __init__(self, fields: dict[str, list[str]]) -> None:
         self.fields = fields
@@ -43,7 +48,7 @@ class Form:
         return value
 
     def optional(self, name: str) -> str | None:
-        value = (self.fields.get(name) or [""])[0].strip()
+        value = (self.fields.get(name) or [""])[0]
         return value or None
 
     def listed(self, name: str) -> list[str] | None:
@@ -56,7 +61,10 @@ async def form_of(request: Request) -> Form:
     if request.headers.get("content-type", "").split(";")[0].strip() != FORM:
         raise ValidationError(f"the console's forms are sent as {FORM}")
     body = (await request.body()).decode("utf-8", "replace")
-    return Form(parse_qs(body, keep_blank_values=True, max_num_fields=200))
+    try:
+        return Form(parse_qs(body, keep_blank_values=True, max_num_fields=MAX_FIELDS))
+    except ValueError:
+        raise ValidationError(f"a console form has at most {MAX_FIELDS} fields") from None
 
 
 @router.get("/login")
@@ -79,6 +87,7 @@ async def login(request: Request) -> Response:
 @router.post("/logout")
 async def logout(request: Request) -> Response:
     await _checked_form(request)
+    await run_in_threadpool(lambda: console_of(request).end(signed_in(request)))
     response = RedirectResponse("/ui/login", 303)
     response.delete_cookie(COOKIE, path="/ui")
     return response
@@ -99,13 +108,15 @@ async def act(request: Request, name: str) -> Response:
         raise NotFound(f"no console action {name!r}")
     said = await run_in_threadpool(_run, console_of(request), action, form)
     response = RedirectResponse(_back(form), 303)
-    response.set_cookie(SAID_COOKIE, said[:500], max_age=60, path="/ui", httponly=True,
+    # Percent-encoded: a cookie carries latin-1 alone, and what was said may quote
+    # anything (a fact's value in any script).
+    response.set_cookie(SAID_COOKIE, quote(said[:500]), max_age=60, path="/ui", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")
     return response
 
 
 async def _checked_form(request: Request) -> Form:
-    login = signed_in(request)
+    login = await run_in_threadpool(signed_in, request)
     form = await form_of(request)
     if not csrf_ok(login, form.optional("csrf")):
         raise PermissionDenied("this form's CSRF token is missing or not this session's: "
@@ -181,8 +192,8 @@ def _task(method: str, done: str) -> Action:
 
 def _replay(console: Console, form: Form) -> str:
     ids = form.fields.get("id") or []
-    if not ids or not all(i.isdigit() for i in ids):
-        raise ValidationError("name the rejected events to replay by their ids")
+    if not ids or not all(REJECTED_ID.fullmatch(i) for i in ids):
+        raise ValidationError("name the rejected events to replay by their ids (numbers)")
     with console.reader.readers.connection() as conn:
         rows = [rejected.get(conn, int(i)) for i in ids]
     with told(console, "replaying rejected events"):

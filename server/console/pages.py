@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
+from urllib.parse import unquote
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from memq import tenants
@@ -31,7 +32,7 @@ USERS_SHOWN = 200
 SESSIONS_SHOWN = 100
 TURNS_SHOWN = 100
 LISTED = 200
-"""Rejected events and keys shown at most (the CLI lists them all)."""
+"""Facts, tasks, rejected events and keys shown at most (the CLI lists them all)."""
 
 
 @router.get("")
@@ -55,12 +56,13 @@ def memory(request: Request, user: str | None = None, login: Login = SignedIn) -
     sessions = console.reader.sessions(user_id=user, limit=SESSIONS_SHOWN)
     facts = console.reader.facts(user_id=user) if user else []
     return _page(request, login, "memory.html", tenants=dict(sorted(by_tenant.items())),
-                 user=user, sessions=sessions, facts=facts)
+                 user=user, sessions=sessions, facts=facts, limit=LISTED)
 
 
 @router.get("/session")
 def session(request: Request, id: str, query: str | None = None, scope: str = "session",
-            at: str | None = None, seq: int | None = None,
+            at: str | None = Query(None, max_length=40),
+            seq: int | None = Query(None, ge=0, le=2**63 - 1),
             login: Login = SignedIn) -> Response:
     console = console_of(request)
     before = (at, seq) if at is not None and seq is not None else None
@@ -116,7 +118,8 @@ def _checked(console: Console, command: str, tenant: str) -> dict[str, Any]:
 
 @router.get("/tasks")
 def tasks(request: Request, login: Login = SignedIn) -> Response:
-    return _page(request, login, "tasks.html", tasks=console_of(request).reader.tasks())
+    return _page(request, login, "tasks.html", tasks=console_of(request).reader.tasks(),
+                 limit=LISTED)
 
 
 @router.get("/rejected")
@@ -148,7 +151,8 @@ def _page(request: Request, login: Login, template: str, **context: Any) -> HTML
     """A signed-in page: the session's CSRF token for its forms, and what the last action
     said (once)."""
     said = request.cookies.get(SAID_COOKIE)
-    response = page(template, csrf=login.csrf, said=said, **context)
+    response = page(template, csrf=login.csrf, said=None if said is None else unquote(said),
+                    **context)
     if said is not None:
         response.delete_cookie(SAID_COOKIE, path="/ui")
     return response

@@ -23,8 +23,11 @@ ENVIRONMENT = Environment(
     undefined=StrictUndefined,  # a missing value is a bug of the page, not a blank
     trim_blocks=True, lstrip_blocks=True,
 )
+# Ids are agents' text: a bidirectional override or a control character in one is shown
+# as its escape, so one id cannot pass for another.
 ENVIRONMENT.filters["tenant"] = lambda stored: tenants.split(stored)[0] if stored else ""
-ENVIRONMENT.filters["name"] = lambda stored: tenants.split(stored)[1] if stored else ""
+ENVIRONMENT.filters["name"] = lambda stored: (
+    printable(tenants.split(stored)[1], one_line=True) if stored else "")
 ENVIRONMENT.filters["printable"] = lambda text: printable(str(text))
 ENVIRONMENT.filters["when"] = lambda at: _when(at)
 
@@ -33,7 +36,9 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
                                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a form sends "Origin: null", which
+    # the guard (rightly) refuses.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 

@@ -5,6 +5,7 @@ answers to a page asked without a session or a call that failed.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
-from memq import broker
+from memq import broker, names
 from memq.errors import MemqError
 from memq.problems import status_of
 from memq.producers.client import MemoryClient
@@ -36,6 +37,16 @@ class Console:
     def __post_init__(self) -> None:
         self.actor = self.reader.with_own_outbox()
 
+    def end(self, login: Login) -> None:
+        """Sign ``login`` out on every server (its cookie is signed, not stored)."""
+        left = max(1, int(login.expires - time.time()) + 1)
+        with told(self, "signing out"):
+            self.reader.redis.set(names.CONSOLE_ENDED_PREFIX + login.nonce, b"1", ex=left)
+
+    def ended(self, login: Login) -> bool:
+        with told(self, "reading the session"):
+            return bool(self.reader.redis.exists(names.CONSOLE_ENDED_PREFIX + login.nonce))
+
     def workers(self) -> int:
         """RQ workers registered (rq's own count, as rq-dashboard shows it)."""
         from rq import Worker
@@ -53,8 +64,9 @@ class LoginNeeded(MemqError):
 
 
 def signed_in(request: Request) -> Login:
-    login = console_of(request).logins.read(request.headers.get("cookie", ""))
-    if login is None:
+    console = console_of(request)
+    login = console.logins.read(request.headers.get("cookie", ""))
+    if login is None or console.ended(login):
         raise LoginNeeded("sign in with the admin token")
     return login
 

@@ -4,10 +4,12 @@ action changes what the API then reads."""
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from markupsafe import escape
 
 from memq import RemoteMemoryClient
 from memq.authority import Role
@@ -189,3 +191,112 @@ def test_a_value_an_agent_wrote_is_shown_never_run(served: Served,
         assert "<script>alert" not in page.text
         assert "<img src=x" not in page.text
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+
+
+# -- what an attack on the console found ------------------------------------------------------
+
+
+def test_ids_are_taken_as_sent_never_trimmed(served: Served, person: httpx.Client) -> None:
+    """A trimmed "trip " would forget "trip", and a trimmed "acme\\x1f" (a tenant's
+    everyone) would delete the default tenant's user acme's fact."""
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+        admin.append("trip", "user", "the real one", user_id="alice")
+        admin.append("trip ", "user", "a lookalike", user_id="mallory")
+        admin.set_fact("prefs", "lang", "acme user's own", user_id="acme")
+        admin.set_fact("prefs", "lang", "everyone in acme", user_id="acme\x1f")
+        admin.set_fact("prefs", "tz", "Europe/Lisbon", user_id="acme\x1f")
+        admin.flush()
+        post(person, "/ui/act/forget_session", session="trip ", confirm="trip ")
+        post(person, "/ui/act/delete_fact", category="prefs", key="lang", user="acme\x1f")
+        assert [m.content for m in admin.history("trip")] == ["the real one"]
+        assert admin.history("trip ") == []
+        assert [f.value for f in admin.facts("prefs", user_id="acme")] == ["acme user's own"]
+    page = person.get("/ui/memory", params={"user": "acme\x1fbob"})
+    assert "<td>Europe/Lisbon</td>" in page.text
+    assert "<td>everyone</td>" in page.text
+    assert "<td>this user</td>" not in page.text
+
+
+@pytest.mark.parametrize("value", ["東京", "Zürich ✓", "a\nb"])
+def test_what_an_action_says_may_be_in_any_script(served: Served, person: httpx.Client,
+                                                  value: str) -> None:
+    done = post(person, "/ui/act/set_fact", category="home", key="city", value=value,
+                user="alice", back="/ui/memory?user=alice")
+    assert done.status_code == 303
+    said = person.get(done.headers["location"]).text
+    assert str(escape(f"set home/city = {value!r}")) in said
+
+
+@pytest.mark.parametrize(("path", "fields"), [
+    ("/ui/act/replay", {"id": "²"}),
+    ("/ui/act/replay", {"id": "9" * 30}),
+    ("/ui/act/approve", {f"f{i}": "x" for i in range(300)}),
+])
+def test_bad_forms_get_a_page_that_says_why(person: httpx.Client, path: str,
+                                            fields: dict[str, str]) -> None:
+    answer = post(person, path, **fields)
+    assert answer.status_code == 422, answer.text[:300]
+    assert "text/html" in answer.headers["content-type"]
+
+
+def test_too_many_fields_at_the_login_is_a_clear_refusal(served: Served) -> None:
+    with httpx.Client(base_url=served.url) as stranger:
+        answer = stranger.post("/ui/login", content="a=1&" * 201,
+                               headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert answer.status_code == 422
+
+
+@pytest.mark.parametrize("params", [{"at": "x", "seq": "9" * 30}, {"at": "x" * 100, "seq": "1"},
+                                    {"at": "x", "seq": "-1"}])
+def test_a_timeline_page_past_any_bound_is_refused(served: Served, person: httpx.Client,
+                                                   params: dict[str, str]) -> None:
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+        admin.append("trip", "user", "hello", user_id="alice")
+        admin.flush()
+    assert person.get("/ui/session", params={"id": "trip", **params}).status_code == 422
+
+
+def test_signing_out_ends_the_session_on_every_copy_of_its_cookie(
+        served: Served, person: httpx.Client) -> None:
+    copied = person.cookies.get("memq_console")
+    post(person, "/ui/logout")
+    with httpx.Client(base_url=served.url) as thief:
+        answer = thief.get("/ui/keys", headers={"cookie": f"memq_console={copied}"})
+    assert answer.status_code == 303
+
+
+def test_a_cookie_signature_has_one_spelling(served: Served, person: httpx.Client) -> None:
+    body, signature = str(person.cookies.get("memq_console")).split(".")
+    for spelling in (signature + "=", signature[:10] + "!!" + signature[10:]):
+        with httpx.Client(base_url=served.url) as other:
+            answer = other.get("/ui/keys",
+                               headers={"cookie": f"memq_console={body}.{spelling}"})
+        assert answer.status_code == 303, spelling
+
+
+@pytest.mark.parametrize("other", ['prefs={"a":1}', "a=b c", 'x="\\"', "a=b;c", "$Version=1",
+                                   'q="' + "\\" * 16000])
+def test_other_cookies_of_the_host_neither_lock_out_nor_stall(
+        served: Served, person: httpx.Client, other: str) -> None:
+    mine = person.cookies.get("memq_console")
+    with httpx.Client(base_url=served.url) as browser:
+        answer = browser.get("/ui/keys", headers={"cookie": f"{other}; memq_console={mine}"})
+    assert answer.status_code == 200
+
+
+def test_login_bodies_never_take_the_apis_places(served: Served) -> None:
+    host, port = served.url.removeprefix("http://").split(":")
+    trickles = []
+    try:
+        for _ in range(70):  # more than the guard's places for every body (64)
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(b"POST /ui/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                         b"application/x-www-form-urlencoded\r\nContent-Length: 4000\r\n\r\nt")
+            trickles.append(sock)
+        answer = httpx.post(f"{served.url}/v1/facts", json={"category": "a", "key": "b",
+                                                             "value": "c"},
+                            headers={"Authorization": f"Bearer {served.token(Role.AGENT)}"})
+        assert answer.status_code == 200, answer.text
+    finally:
+        for sock in trickles:
+            sock.close()
