@@ -73,10 +73,11 @@ def create_app(
     api.state.principals = principals
     api.include_router(router)
     api.include_router(feed.router)
-    logins = Logins(secret.encode(), lambda: tokens.by_role.get(Role.ADMIN))
+    logins = Logins(secret.encode(), lambda: tokens.by_role.get(Role.ADMIN),
+                    principals.keys.grant_of)
     served_console = Role.ADMIN in bases
     if served_console:
-        console.install(api, bases[Role.ADMIN], logins)
+        console.install(api, bases[Role.ADMIN], logins, principals.keys)
     api.add_exception_handler(MemqError, _memq_error)
     api.add_exception_handler(RequestValidationError, _invalid_request)
     api.add_exception_handler(HTTPException, _http_error)

@@ -19,6 +19,7 @@ from memq.server.console import actions, pages
 from memq.server.console.logins import Logins
 from memq.server.console.state import Console, LoginNeeded, failed, login_needed
 from memq.server.guard import Door, Gate
+from memq.server.principals import KeyRing
 
 PREFIX = "/ui/"
 LOGIN_PATH = "/ui/login"
@@ -32,9 +33,10 @@ FORM_GATE = Gate(1024 * 1024)
 every authenticated body."""
 
 
-def install(api: FastAPI, person: MemoryClient, logins: Logins) -> None:
-    """Serve the console on ``api``, reading and acting through ``person`` (admin)."""
-    api.state.console = Console(person, logins)
+def install(api: FastAPI, person: MemoryClient, logins: Logins, keys: KeyRing) -> None:
+    """Serve the console on ``api``, reading and acting through ``person`` (admin); a
+    key's session reads what ``keys`` says its grant reaches."""
+    api.state.console = Console(person, logins, keys)
     api.include_router(pages.router)
     api.include_router(actions.router)
     api.add_exception_handler(LoginNeeded, login_needed)

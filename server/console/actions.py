@@ -16,11 +16,12 @@ from fastapi.responses import RedirectResponse, Response
 
 from memq import tenants
 from memq.errors import FlushTimeout, NotFound, PermissionDenied, ValidationError
+from memq.producers.keys import NewKey
 from memq.rejections import replay
 from memq.server.console.logins import COOKIE, LIFETIME_S, csrf_ok
-from memq.server.console.pages import SAID_COOKIE
+from memq.server.console.pages import LISTED, SAID_COOKIE, signed_page
 from memq.server.console.render import page
-from memq.server.console.state import Console, console_of, signed_in, told
+from memq.server.console.state import Console, console_of, signed_in, the_persons, told
 from memq.store.read import rejected
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -76,8 +77,8 @@ def login_form() -> Response:
 async def login(request: Request) -> Response:
     cookie = console_of(request).logins.start((await form_of(request)).optional("token") or "")
     if cookie is None:
-        return page("login.html", 401, said="that is not the admin token (admin.token "
-                                            "beside the database)")
+        return page("login.html", 401, said="that is neither the admin token (admin.token "
+                                            "beside the database) nor an API key")
     response = RedirectResponse("/ui/memory", 303)
     response.set_cookie(COOKIE, cookie, max_age=int(LIFETIME_S), path="/ui", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")
@@ -96,13 +97,18 @@ async def logout(request: Request) -> Response:
 @router.post("/act/create_key")
 async def create_key(request: Request) -> Response:
     """Its answer is the keys' page itself: the secret is shown there once."""
-    form = await _checked_form(request)
-    return await run_in_threadpool(_created_key, console_of(request), form)
+    form = await _checked_form(request, acting=True)
+    console = console_of(request)
+    made = await run_in_threadpool(_make_key, console, form)
+    login = await run_in_threadpool(signed_in, request)
+    return signed_page(request, login, "keys.html", keys=console.reader.api_keys()[:LISTED],
+                       secret=made, said=f"created key {made.id}: copy its secret now, it "
+                                         "is not shown again")
 
 
 @router.post("/act/{name}")
 async def act(request: Request, name: str) -> Response:
-    form = await _checked_form(request)
+    form = await _checked_form(request, acting=True)
     action = ACTIONS.get(name)
     if action is None:
         raise NotFound(f"no console action {name!r}")
@@ -115,8 +121,11 @@ async def act(request: Request, name: str) -> Response:
     return response
 
 
-async def _checked_form(request: Request) -> Form:
+async def _checked_form(request: Request, *, acting: bool = False) -> Form:
+    """The form of a signed session, with its CSRF token; ``acting``: the person's."""
     login = await run_in_threadpool(signed_in, request)
+    if acting:
+        the_persons(login)
     form = await form_of(request)
     if not csrf_ok(login, form.optional("csrf")):
         raise PermissionDenied("this form's CSRF token is missing or not this session's: "
@@ -142,17 +151,14 @@ def _back(form: Form) -> str:
     return back
 
 
-def _created_key(console: Console, form: Form) -> Response:
-    expires = form.optional("expires_at")
+def _make_key(console: Console, form: Form) -> NewKey:
     with console.acting:
         made = console.actor.create_key(
             form.one("name"), tenant=form.optional("tenant") or "default",
             users=form.listed("users"), agents=form.listed("agents"),
-            can=form.fields.get("can") or ["read"], expires_at=expires)
+            can=form.fields.get("can") or ["read"], expires_at=form.optional("expires_at"))
         console.actor.flush(timeout=WAIT_S)
-    return page("keys.html", keys=console.reader.api_keys()[:200], secret=made,
-                csrf=form.one("csrf"), said=f"created key {made.id}: copy its secret now, "
-                                            "it is not shown again")
+    return made
 
 
 Action = Callable[[Console, Form], str]

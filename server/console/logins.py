@@ -1,11 +1,13 @@
-"""The console's login: the person's token in, a signed session cookie out.
+"""The console's login: a token in, a signed session cookie out.
 
-The token is typed once; the browser keeps only a cookie that names no secret: an
-HMAC-signed body (the servers' shared secret, as for delegated tokens) holding when it
-expires, a random nonce and a fingerprint of the token it was made from. So any server
-of the database reads it, and a rotated ``admin.token`` ends every session made with the
-old one. The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other
-site's page sends it) and scoped to ``/ui``.
+The person signs in with the admin token; an API key signs in to a read-only view of its
+own grant. The token is typed once; the browser keeps only a cookie that names no secret:
+an HMAC-signed body (the servers' shared secret, as for delegated tokens) holding when it
+expires, a random nonce, and a fingerprint of the admin token it was made from or the
+key's id. So any server of the database reads it, a rotated ``admin.token`` ends every
+session made with the old one, and a revoked key ends its own (``state.py`` asks). The
+cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page
+sends it) and scoped to ``/ui``.
 
 Every form carries the session's CSRF token, derived from its nonce under the same
 secret: a page elsewhere can neither read it nor make one.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 import orjson
 
 from memq.server.delegation import b64, unb64
+from memq.server.principals import Grant
 
 COOKIE = "memq_console"
 LIFETIME_S = 8 * 3600.0
@@ -38,21 +41,34 @@ class Login:
     expires: float
     nonce: str
     """Its own: a sign-out records it as ended (``state.py``), for every server."""
+    key_id: str | None = None
+    """None: the person's session; else the key whose grant it reads."""
+    grant: Grant | None = None
+    """The key's grant, as found live when a page was asked for (``state.signed_in``)."""
 
 
 class Logins:
-    """Sessions for whoever presents the token ``current()`` returns (the admin's)."""
+    """Sessions for the admin token (``admin()``) and for the keys ``key_of`` knows."""
 
-    def __init__(self, secret: bytes, current: Callable[[], str | None]) -> None:
+    def __init__(self, secret: bytes, admin: Callable[[], str | None],
+                 key_of: Callable[[str], Grant | None] = lambda presented: None) -> None:
         self._secret = secret
-        self._current = current
+        self._admin = admin
+        self._key_of = key_of
 
     def start(self, presented: str) -> str | None:
-        """A session cookie's value for ``presented``, or None if it is not the token."""
-        token = self._current()
-        if token is None or not hmac.compare_digest(presented.encode(), token.encode()):
+        """A session cookie's value for ``presented``, or None if it is neither the admin
+        token nor a key's secret (an agent's token, a delegated token: not the console's)."""
+        token = self._admin()
+        if token is not None and hmac.compare_digest(presented.encode(), token.encode()):
+            return self._cookie({"f": _fingerprint(token)})
+        grant = self._key_of(presented)
+        if grant is None or grant.delegated:
             return None
-        body = orjson.dumps({"f": _fingerprint(token), "e": time.time() + LIFETIME_S,
+        return self._cookie({"k": grant.key_id})
+
+    def _cookie(self, who: dict[str, str]) -> str:
+        body = orjson.dumps({**who, "e": time.time() + LIFETIME_S,
                              "n": secrets.token_urlsafe(16)})
         return f"{b64(body)}.{b64(self._sign(b'session', body))}"
 
@@ -71,11 +87,15 @@ class Logins:
                 self._sign(b"session", body), given):
             return None
         data = orjson.loads(body)
-        token = self._current()
-        if data["e"] <= time.time() or token is None or not hmac.compare_digest(
-                data["f"], _fingerprint(token)):
+        if data["e"] <= time.time() or not (
+                "k" in data or self._admin_current(data.get("f", ""))):
             return None
-        return Login(b64(self._sign(b"csrf", data["n"].encode())), data["e"], data["n"])
+        return Login(b64(self._sign(b"csrf", data["n"].encode())), data["e"], data["n"],
+                     key_id=data.get("k"))
+
+    def _admin_current(self, fingerprint: str) -> bool:
+        token = self._admin()
+        return token is not None and hmac.compare_digest(fingerprint, _fingerprint(token))
 
     def _sign(self, purpose: bytes, body: bytes) -> bytes:
         return hmac.new(self._secret, b"memq console " + purpose + b"\0" + body,

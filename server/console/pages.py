@@ -8,6 +8,7 @@ size, so a page costs the same on a database of a million turns as on a small on
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any
 from urllib.parse import unquote
@@ -18,9 +19,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from memq import tenants
 from memq.approvals import normalize_prefix
 from memq.errors import MemqError, NotFound
+from memq.producers.client import MemoryClient
 from memq.server.console.logins import Login
 from memq.server.console.render import page, stylesheet
-from memq.server.console.state import Console, console_of, signed_in, told
+from memq.server.console.state import Console, console_of, signed_in, the_persons, told
+from memq.server.principals import Grant
 from memq.store.read import console as shown
 from memq.store.read import rejected, status
 from memq.store.read.sessions import owner
@@ -50,13 +53,26 @@ def css() -> Response:
 def memory(request: Request, user: str | None = None, login: Login = SignedIn) -> Response:
     console = console_of(request)
     with console.reader.readers.connection() as conn:
-        by_tenant: dict[str, list[shown.UserRow]] = defaultdict(list)
-        for row in shown.users(conn, USERS_SHOWN):
-            by_tenant[tenants.split(row.user_id)[0]].append(row)
-    sessions = console.reader.sessions(user_id=user, limit=SESSIONS_SHOWN)
-    facts = console.reader.facts(user_id=user) if user else []
-    return _page(request, login, "memory.html", tenants=dict(sorted(by_tenant.items())),
+        rows = _users(conn, login.grant)
+    by_tenant: dict[str, list[shown.UserRow]] = defaultdict(list)
+    for row in rows:
+        by_tenant[tenants.split(row.user_id)[0]].append(
+            row if login.grant is None else dataclasses.replace(
+                row, user_id=tenants.split(row.user_id)[1]))  # a key's own names
+    with console.viewing(login) as client:
+        sessions = client.sessions(user_id=user, limit=SESSIONS_SHOWN)
+        facts = client.facts(user_id=user) if user else []
+    return signed_page(request, login, "memory.html", tenants=dict(sorted(by_tenant.items())),
                  user=user, sessions=sessions, facts=facts, limit=LISTED)
+
+
+def _users(conn: Any, grant: Grant | None) -> list[shown.UserRow]:
+    """The users a viewer sees: every tenant's for the person, a key's own else."""
+    if grant is None:
+        return shown.users(conn, USERS_SHOWN)
+    among = None if grant.users is None else [
+        tenants.inside(grant.tenant, u) for u in sorted(grant.users)]
+    return shown.users(conn, USERS_SHOWN, tenant=grant.tenant, among=among)
 
 
 @router.get("/session")
@@ -66,24 +82,36 @@ def session(request: Request, id: str, query: str | None = None, scope: str = "s
             login: Login = SignedIn) -> Response:
     console = console_of(request)
     before = (at, seq) if at is not None and seq is not None else None
+    stored = _readable_session(console, login, id)
     with console.reader.readers.connection() as conn:
-        found = owner(conn, id)
-        turns = shown.timeline(conn, id, TURNS_SHOWN, before)
+        found = owner(conn, stored)
+        turns = shown.timeline(conn, stored, TURNS_SHOWN, before)
     if found is None:
         raise NotFound(f"no session {id!r}")
-    explained, why = _explained(console, id, query, scope)
-    return _page(request, login, "session.html", session_id=id, owner=found, turns=turns,
+    explained, why = _explained(console, login, id, query, scope)
+    return signed_page(request, login, "session.html", session_id=id, owner=found, turns=turns,
                  more=len(turns) == TURNS_SHOWN, query=query, scope=scope,
                  items=explained, why=why, shown_chars=shown.SHOWN_CHARS)
 
 
-def _explained(console: Console, session_id: str, query: str | None,
+def _readable_session(console: Console, login: Login, session_id: str) -> str:
+    """The stored id of a session the viewer may read; NotFound, as the API answers,
+    for one outside a key's grant."""
+    if login.grant is None:
+        return session_id
+    with console.viewing(login) as client:
+        client.history(session_id, limit=1)  # admitted against the grant, or NotFound
+    return tenants.inside(login.grant.tenant, session_id)
+
+
+def _explained(console: Console, login: Login, session_id: str, query: str | None,
                scope: str) -> tuple[list[Any] | None, str | None]:
     """``get_context``'s items for the form's question, or why it could not answer."""
     if query is None:
         return None, None
     try:
-        return console.reader.get_context(session_id, query.strip() or None, scope), None
+        with console.viewing(login) as client:
+            return client.get_context(session_id, query.strip() or None, scope), None
     except MemqError as exc:
         return None, str(exc)
 
@@ -92,24 +120,29 @@ def _explained(console: Console, session_id: str, query: str | None,
 def forget(request: Request, session: str | None = None, user: str | None = None,
            login: Login = SignedIn) -> Response:
     """The confirmation a forget deserves: the person types what is to be erased."""
+    the_persons(login)
     if (session is None) == (user is None):
         raise NotFound("forget a session or a user: name one")
-    return _page(request, login, "forget.html", session_id=session, user_id=user)
+    return signed_page(request, login, "forget.html", session_id=session, user_id=user)
 
 
 @router.get("/approvals")
-def approvals(request: Request, tenant: str = tenants.DEFAULT, command: str | None = None,
+def approvals(request: Request, tenant: str | None = None, command: str | None = None,
               login: Login = SignedIn) -> Response:
     console = console_of(request)
-    prefixes = console.reader.allowed_prefixes(tenant=tenant)
-    checked = _checked(console, command, tenant) if command else None
-    return _page(request, login, "approvals.html", tenant=tenant, prefixes=prefixes,
+    if login.grant is not None:
+        tenant = None  # a key's own tenant, whatever the page was asked for
+    with console.viewing(login) as client:
+        prefixes = client.allowed_prefixes(tenant=tenant)
+        checked = _checked(client, command, tenant) if command else None
+    shown_tenant = login.grant.tenant if login.grant else tenant or tenants.DEFAULT
+    return signed_page(request, login, "approvals.html", tenant=shown_tenant, prefixes=prefixes,
                  command=command, checked=checked)
 
 
-def _checked(console: Console, command: str, tenant: str) -> dict[str, Any]:
+def _checked(client: MemoryClient, command: str, tenant: str | None) -> dict[str, Any]:
     """What the matcher says of ``command``, and what approving it would store."""
-    allowed = console.reader.is_command_allowed(command, tenant=tenant)
+    allowed = client.is_command_allowed(command, tenant=tenant)
     try:
         return {"allowed": allowed, "prefix": normalize_prefix(command), "refused": None}
     except MemqError as exc:
@@ -118,25 +151,30 @@ def _checked(console: Console, command: str, tenant: str) -> dict[str, Any]:
 
 @router.get("/tasks")
 def tasks(request: Request, login: Login = SignedIn) -> Response:
-    return _page(request, login, "tasks.html", tasks=console_of(request).reader.tasks(),
-                 limit=LISTED)
+    console = console_of(request)
+    with console.viewing(login) as client:
+        found = client.tasks()
+    return signed_page(request, login, "tasks.html", tasks=found, limit=LISTED)
 
 
 @router.get("/rejected")
 def rejected_events(request: Request, login: Login = SignedIn) -> Response:
+    the_persons(login)
     with console_of(request).reader.readers.connection() as conn:
         rows = rejected.list_rejected(conn, limit=LISTED)
-    return _page(request, login, "rejected.html", rows=rows, limit=LISTED)
+    return signed_page(request, login, "rejected.html", rows=rows, limit=LISTED)
 
 
 @router.get("/keys")
 def keys(request: Request, login: Login = SignedIn) -> Response:
+    the_persons(login)
     listed = console_of(request).reader.api_keys()[:LISTED]
-    return _page(request, login, "keys.html", keys=listed, secret=None)
+    return signed_page(request, login, "keys.html", keys=listed, secret=None)
 
 
 @router.get("/health")
 def health(request: Request, login: Login = SignedIn) -> Response:
+    the_persons(login)
     console = console_of(request)
     config = console.reader.config
     with told(console, "reading the status"):
@@ -144,16 +182,22 @@ def health(request: Request, login: Login = SignedIn) -> Response:
                   "writer": status.writer(console.reader.redis),
                   "workers": console.workers()}
     database = status.database(config.db_path, config.embed.model_name)
-    return _page(request, login, "health.html", broker=broker, database=database)
+    return signed_page(request, login, "health.html", broker=broker, database=database)
 
 
-def _page(request: Request, login: Login, template: str, **context: Any) -> HTMLResponse:
-    """A signed-in page: the session's CSRF token for its forms, and what the last action
-    said (once)."""
-    said = request.cookies.get(SAID_COOKIE)
-    response = page(template, csrf=login.csrf, said=None if said is None else unquote(said),
-                    **context)
-    if said is not None:
+def signed_page(request: Request, login: Login, template: str, *, said: str | None = None,
+                **context: Any) -> HTMLResponse:
+    """A signed-in page: the session's CSRF token for its forms, who is reading, and
+    what the last action said (once)."""
+    grant = login.grant
+    told_before = request.cookies.get(SAID_COOKIE)
+    if said is None and told_before is not None:
+        said = unquote(told_before)
+    response = page(template, csrf=login.csrf, said=said, admin=grant is None,
+                    key_id=login.key_id,
+                    tenant_of=lambda stored: grant.tenant if grant else (
+                        tenants.split(stored)[0] if stored else ""), **context)
+    if told_before is not None:
         response.delete_cookie(SAID_COOKIE, path="/ui")
     return response
 

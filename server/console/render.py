@@ -25,7 +25,6 @@ ENVIRONMENT = Environment(
 )
 # Ids are agents' text: a bidirectional override or a control character in one is shown
 # as its escape, so one id cannot pass for another.
-ENVIRONMENT.filters["tenant"] = lambda stored: tenants.split(stored)[0] if stored else ""
 ENVIRONMENT.filters["name"] = lambda stored: (
     printable(tenants.split(stored)[1], one_line=True) if stored else "")
 ENVIRONMENT.filters["printable"] = lambda text: printable(str(text))

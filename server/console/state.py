@@ -4,38 +4,59 @@ answers to a page asked without a session or a call that failed.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
 from memq import broker, names
-from memq.errors import MemqError
+from memq.errors import MemqError, PermissionDenied
 from memq.problems import status_of
 from memq.producers.client import MemoryClient
 from memq.server.console.logins import Login, Logins
 from memq.server.console.render import page
 from memq.server.disclosure import disclosed
+from memq.server.granted import CALLER, GrantedClient
+from memq.server.principals import KeyRing, grant_of
 
 
 @dataclass
 class Console:
-    """The console of one server: it reads and acts with the person's (admin) client."""
+    """The console of one server: it reads and acts with the person's (admin) client; a
+    key's session reads through the same client, every call admitted against the key's
+    grant exactly as the API's (``server/granted.py``)."""
 
     reader: MemoryClient
     """The admin's client of ``memq serve``: every page reads through it."""
     logins: Logins
+    keys: KeyRing
     actor: MemoryClient = field(init=False)
     """An outbox of the console's own on the admin's credentials: an action waits for
     what it sent, and only for that."""
     acting: threading.Lock = field(default_factory=threading.Lock, init=False)
+    granted: GrantedClient = field(init=False)
 
     def __post_init__(self) -> None:
         self.actor = self.reader.with_own_outbox()
+        self.granted = GrantedClient(self.reader, self.reader)
+
+    @contextmanager
+    def viewing(self, login: Login) -> Iterator[MemoryClient]:
+        """The client a page reads through: the person's, or the key's granted view."""
+        if login.grant is None:
+            yield self.reader
+            return
+        reset = CALLER.set(login.grant)
+        try:
+            yield cast(MemoryClient, self.granted)
+        finally:
+            CALLER.reset(reset)
 
     def end(self, login: Login) -> None:
         """Sign ``login`` out on every server (its cookie is signed, not stored)."""
@@ -64,11 +85,24 @@ class LoginNeeded(MemqError):
 
 
 def signed_in(request: Request) -> Login:
+    """The session of a page's request, a key's with its grant as it stands now."""
     console = console_of(request)
     login = console.logins.read(request.headers.get("cookie", ""))
     if login is None or console.ended(login):
-        raise LoginNeeded("sign in with the admin token")
-    return login
+        raise LoginNeeded("sign in with the admin token or an API key")
+    if login.key_id is None:
+        return login
+    key = console.keys.live(login.key_id)  # revoked or expired: the session ends with it
+    if key is None:
+        raise LoginNeeded("this key was revoked or has expired")
+    return dataclasses.replace(login, grant=grant_of(key))
+
+
+def the_persons(login: Login) -> None:
+    """Refuse a key's session what only the person may see or do."""
+    if login.grant is not None:
+        raise PermissionDenied("a key's console reads its own grant: this is the person's "
+                               "(sign in with the admin token)")
 
 
 @contextmanager
@@ -92,4 +126,6 @@ async def failed(request: Request, exc: Exception, status: int | None = None) ->
     console: Console | None = getattr(request.app.state, "console", None)
     login = None if console is None else console.logins.read(request.headers.get("cookie", ""))
     return page("error.html", status or status_of(exc), title=body["title"],
-                detail=body["detail"], csrf=login.csrf if login else "", said=None)
+                detail=body["detail"], csrf=login.csrf if login else "", said=None,
+                admin=login is not None and login.key_id is None,
+                key_id=None if login is None else login.key_id)

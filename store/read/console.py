@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import apsw
+import orjson
 
+from memq import tenants
 from memq.store.read.hidden import visible
 
 SHOWN_CHARS = 2000
@@ -41,13 +43,24 @@ class Turn:
     seq: int
 
 
-def users(conn: apsw.Connection, limit: int) -> list[UserRow]:
-    """Users with sessions, most recently active first."""
+def users(conn: apsw.Connection, limit: int, *, tenant: str | None = None,
+          among: list[str] | None = None) -> list[UserRow]:
+    """Users with sessions, most recently active first; only ``tenant``'s, and only those
+    ``among`` (stored ids), when given."""
+    where, params = ["user_id IS NOT NULL", "last_active_at IS NOT NULL"], {
+        "limit": limit, "mark": tenants.inside(tenant or tenants.DEFAULT, ""),
+        "among": None if among is None else orjson.dumps(among).decode()}
+    if tenant == tenants.DEFAULT:
+        where.append(f"instr(user_id, char({ord(tenants.SEPARATOR)})) = 0")
+    elif tenant is not None:
+        where.append("substr(user_id, 1, length(:mark)) = :mark")
+    if among is not None:
+        where.append("user_id IN (SELECT value FROM json_each(:among))")
     rows = conn.execute(
-        """SELECT user_id, count(*), total(message_count), max(last_active_at)
-           FROM sessions WHERE user_id IS NOT NULL AND last_active_at IS NOT NULL
-           GROUP BY user_id ORDER BY max(last_active_at) DESC, user_id LIMIT ?""",
-        (limit,))
+        f"""SELECT user_id, count(*), total(message_count), max(last_active_at)
+            FROM sessions WHERE {" AND ".join(where)}
+            GROUP BY user_id ORDER BY max(last_active_at) DESC, user_id LIMIT :limit""",
+        params)
     return [UserRow(user, sessions, int(turns), last) for user, sessions, turns, last in rows]
 
 

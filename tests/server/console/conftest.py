@@ -16,5 +16,6 @@ from tests.producers.serving import Served, serving
 @pytest.fixture
 def served(config: Config, role_urls: dict[Role, str], writer: WriterThread,
            tmp_path: Path) -> Iterator[Served]:
-    with serving(config, role_urls, tmp_path) as running:
+    # Keys read afresh on every call: a revocation is seen at once, and no test waits.
+    with serving(config, role_urls, tmp_path, key_ttl_s=0.0) as running:
         yield running

@@ -62,13 +62,13 @@ def test_the_session_cookie_is_http_only_strict_and_names_no_token(served: Serve
 
 
 @pytest.mark.parametrize("token", ["agent", "", "x" * 43, "admin-but-wrong"])
-def test_only_the_admin_token_signs_in(served: Served, token: str) -> None:
+def test_only_the_admin_token_or_a_key_signs_in(served: Served, token: str) -> None:
     presented = served.token(Role.AGENT) if token == "agent" else token
     with httpx.Client(base_url=served.url) as browser:
         answer = browser.post("/ui/login", data={"token": presented})
     assert answer.status_code == 401
     assert "set-cookie" not in answer.headers
-    assert "not the admin token" in answer.text
+    assert "neither the admin token" in answer.text
 
 
 def test_an_agent_token_reaches_no_page_and_no_action(served: Served) -> None:

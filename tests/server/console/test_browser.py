@@ -157,7 +157,7 @@ def _replay(browser: WebDriver, config: Config) -> None:
 
 def test_an_agent_token_does_not_sign_in(browser: WebDriver, served: Served) -> None:
     sign_in(browser, served, served.token(Role.AGENT))
-    assert "not the admin token" in said(browser)
+    assert "neither the admin token" in said(browser)
     browser.get(f"{served.url}/ui/keys")
     assert browser.current_url.endswith("/ui/login")
 
