@@ -20,6 +20,7 @@ from memq import tenants
 from memq.approvals import normalize_prefix
 from memq.errors import MemqError, NotFound
 from memq.producers.client import MemoryClient
+from memq.server import tenancy
 from memq.server.console.logins import Login
 from memq.server.console.render import page, stylesheet
 from memq.server.console.state import Console, console_of, signed_in, the_persons, told
@@ -34,6 +35,7 @@ SignedIn = Depends(signed_in)
 USERS_SHOWN = 200
 SESSIONS_SHOWN = 100
 TURNS_SHOWN = 100
+AGENTS_LISTED = 20
 LISTED = 200
 """Facts, tasks, rejected events and keys shown at most (the CLI lists them all)."""
 
@@ -60,19 +62,39 @@ def memory(request: Request, user: str | None = None, login: Login = SignedIn) -
             row if login.grant is None else dataclasses.replace(
                 row, user_id=tenants.split(row.user_id)[1]))  # a key's own names
     with console.viewing(login) as client:
-        sessions = client.sessions(user_id=user, limit=SESSIONS_SHOWN)
+        sessions = _sessions(client, login.grant, user)
         facts = client.facts(user_id=user) if user else []
     return signed_page(request, login, "memory.html", tenants=dict(sorted(by_tenant.items())),
                  user=user, sessions=sessions, facts=facts, limit=LISTED)
+
+
+def _sessions(client: MemoryClient, grant: Grant | None,
+              user: str | None) -> list[Any] | None:
+    """The user's sessions, or the most recent. The API lists one user's and one agent's
+    at a time for a key of several: a key of several agents gets each of its agents'
+    (the first :data:`AGENTS_LISTED`), one of several users None until it names one."""
+    if grant is None:
+        return client.sessions(user_id=user, limit=SESSIONS_SHOWN)
+    if user is None and grant.users is not None and len(grant.users) > 1:
+        return None
+    agents: list[str | None] = [None]  # the key's one agent, or every agent
+    if grant.agents is not None and len(grant.agents) > 1:
+        agents = [*sorted(grant.agents)[:AGENTS_LISTED]]
+    found = [s for agent in agents
+             for s in client.sessions(user_id=user, agent_id=agent, limit=SESSIONS_SHOWN)]
+    found.sort(key=lambda s: (s.last_active_at, s.session_id), reverse=True)
+    return found[:SESSIONS_SHOWN]
 
 
 def _users(conn: Any, grant: Grant | None) -> list[shown.UserRow]:
     """The users a viewer sees: every tenant's for the person, a key's own else."""
     if grant is None:
         return shown.users(conn, USERS_SHOWN)
-    among = None if grant.users is None else [
-        tenants.inside(grant.tenant, u) for u in sorted(grant.users)]
-    return shown.users(conn, USERS_SHOWN, tenant=grant.tenant, among=among)
+    def stored(names: frozenset[str] | None) -> list[str] | None:
+        return None if names is None else [tenants.inside(grant.tenant, n) for n in names]
+
+    return shown.users(conn, USERS_SHOWN, tenant=grant.tenant, among=stored(grant.users),
+                       agents=stored(grant.agents))
 
 
 @router.get("/session")
@@ -88,6 +110,8 @@ def session(request: Request, id: str, query: str | None = None, scope: str = "s
         turns = shown.timeline(conn, stored, TURNS_SHOWN, before)
     if found is None:
         raise NotFound(f"no session {id!r}")
+    if login.grant is not None:
+        found = tenancy.owner_in(login.grant.tenant, found) or found  # in the key's names
     explained, why = _explained(console, login, id, query, scope)
     return signed_page(request, login, "session.html", session_id=id, owner=found, turns=turns,
                  more=len(turns) == TURNS_SHOWN, query=query, scope=scope,

@@ -44,18 +44,22 @@ class Turn:
 
 
 def users(conn: apsw.Connection, limit: int, *, tenant: str | None = None,
-          among: list[str] | None = None) -> list[UserRow]:
-    """Users with sessions, most recently active first; only ``tenant``'s, and only those
-    ``among`` (stored ids), when given."""
+          among: list[str] | None = None, agents: list[str] | None = None) -> list[UserRow]:
+    """Users with sessions, most recently active first; only ``tenant``'s, only those
+    ``among``, and only their sessions with ``agents`` (stored ids), when given: the
+    counts are of those sessions alone."""
     where, params = ["user_id IS NOT NULL", "last_active_at IS NOT NULL"], {
         "limit": limit, "mark": tenants.inside(tenant or tenants.DEFAULT, ""),
-        "among": None if among is None else orjson.dumps(among).decode()}
+        "among": None if among is None else orjson.dumps(among).decode(),
+        "agents": None if agents is None else orjson.dumps(agents).decode()}
     if tenant == tenants.DEFAULT:
         where.append(f"instr(user_id, char({ord(tenants.SEPARATOR)})) = 0")
     elif tenant is not None:
         where.append("substr(user_id, 1, length(:mark)) = :mark")
     if among is not None:
         where.append("user_id IN (SELECT value FROM json_each(:among))")
+    if agents is not None:
+        where.append("agent_id IN (SELECT value FROM json_each(:agents))")
     rows = conn.execute(
         f"""SELECT user_id, count(*), total(message_count), max(last_active_at)
             FROM sessions WHERE {" AND ".join(where)}

@@ -113,3 +113,50 @@ def test_a_delegated_token_does_not_sign_in(served: Served, admin: RemoteMemoryC
         token = backend.delegate(users=["alice"]).token
     with httpx.Client(base_url=served.url) as browser:
         assert browser.post("/ui/login", data={"token": token}).status_code == 401
+
+
+def users_column(page: str) -> str:
+    return page.split('id="users"')[1].split("</section>")[0]
+
+
+def test_the_users_list_is_the_grants_own(served: Served, admin: RemoteMemoryClient) -> None:
+    """A key limited to agents sees only the users of those agents' sessions, counted over
+    those sessions alone."""
+    admin.append("c-1", "user", "carol talks to bot2", user_id="carol", agent_id="bot2")
+    for i in range(3):
+        admin.append(f"a-bot2-{i}", "user", "elsewhere", user_id="alice", agent_id="bot2")
+    admin.append("a-bot1", "user", "hi", user_id="alice", agent_id="bot1")
+    admin.flush()
+    with key_session(served, admin, agents=["bot1"], can=["read"]) as key:
+        users = users_column(key.get("/ui/memory").text)
+        assert "carol" not in users
+        assert "1 session, 1 turns" in users
+        assert key.get("/ui/session", params={"id": "c-1"}).status_code == 404
+
+
+def test_a_key_of_several_users_and_agents_lands_on_its_memory(
+        served: Served, admin: RemoteMemoryClient) -> None:
+    admin.append("a-1", "user", "with bot1", user_id="alice", agent_id="bot1")
+    admin.append("a-2", "user", "with bot2", user_id="alice", agent_id="bot2")
+    admin.flush()
+    with key_session(served, admin, users=["alice", "bob"], agents=["bot1", "bot2"]) as key:
+        landing = key.get("/ui/memory")
+        assert landing.status_code == 200
+        assert "choose a user" in landing.text
+        alice = key.get("/ui/memory", params={"user": "alice"}).text
+        assert "a-1" in alice
+        assert "a-2" in alice
+
+
+def test_a_tenants_owner_link_names_the_user_in_the_keys_terms(
+        served: Served, admin: RemoteMemoryClient) -> None:
+    made = admin.create_key("acme", tenant="acme", users=None, can=["read", "write"])
+    admin.flush()
+    with RemoteMemoryClient(served.url, token=made.secret) as acme:
+        acme.append("zed-trip", "user", "hello", user_id="zed")
+        acme.flush()
+    with httpx.Client(base_url=served.url) as key:
+        key.post("/ui/login", data={"token": made.secret})
+        page = key.get("/ui/session", params={"id": "zed-trip"}).text
+        assert 'href="/ui/memory?user=zed"' in page
+        assert key.get("/ui/memory", params={"user": "zed"}).status_code == 200
