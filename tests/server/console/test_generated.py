@@ -21,7 +21,7 @@ FIELDS = ("command", "prefix", "tenant", "category", "key", "value", "user", "ta
           "back")
 TEXT = st.text(max_size=60) | st.sampled_from(
     ["", " ", "trip", "alice", "acme\x1f", "default", "9" * 30, "²", "-1", "/ui/../x", "%00"])
-GENERATED = settings(max_examples=60, deadline=None,
+GENERATED = settings(max_examples=30, deadline=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
