@@ -5,7 +5,8 @@ is built on, in the same run.
 
 A database of ``--turns`` turns of a realistic agent stream (conversation turns, one-word
 replies, tool outputs of 20-60 lines: ``bench/agent_mix.py``), with a vector each, in
-sessions of 500 turns, owned by 20 users in two tenants, is built through the writer. A
+sessions of 500 turns, owned by 20 users in two tenants (each with 40 facts, one of them
+changed 60 times), is built through the writer. A
 real ``memq serve`` (the app under uvicorn, on a private Redis) then answers each console
 page ``--calls`` times over HTTP, signed in as the person; its baseline is the ``/v1``
 call that reads the same data for an agent. The goal: every page under 200 ms at p95 on
@@ -53,6 +54,8 @@ MODEL_DIR = Path(os.environ.get("MEMQ_EMBED_MODEL_DIR", ROOT / "models" / "all-M
 TURNS_PER_SESSION = 500
 USERS = 20
 BATCH = 2000
+FACTS = 40
+FACT_CHANGES = 60
 GOAL_MS = 200.0
 
 
@@ -77,6 +80,7 @@ def build(config: Config, turns: int) -> float:
                 events += turn_events(config, i, texts[i], start + timedelta(seconds=i), rng)
             result = apply_events(writer, events)
             assert result.rejected == 0, "bench events were rejected"
+        assert apply_events(writer, fact_events(turns)).rejected == 0
     finally:
         writer.close()
     return time.perf_counter() - began
@@ -97,6 +101,20 @@ def turn_events(config: Config, i: int, text: str, when: datetime,
             "message_id": mid, "model": config.embed.model_name, "dim": config.embed.dim,
             "vector_b64": vectors.to_b64(vector)}),
     ]
+
+
+def fact_events(turns: int) -> list[Event | bytes]:
+    """Each user's facts: FACTS of them, the last one changed FACT_CHANGES times."""
+    events: list[Event | bytes] = []
+    sessions = max(1, turns // TURNS_PER_SESSION)
+    for user in {session_of(i)[1] for i in range(min(sessions, USERS))}:
+        for n in range(FACTS + FACT_CHANGES):
+            events.append(Event(uuid7(), EventType.FACT_SET, None, to_rfc3339(
+                datetime(2026, 6, 1, tzinfo=UTC) + timedelta(minutes=n)), {
+                "category": "profile", "key": f"k{min(n, FACTS - 1)}",
+                "value": f"value {n} of a fact an agent learned", "source": "agent",
+                "user_id": user}))
+    return events
 
 
 @contextmanager
@@ -148,6 +166,10 @@ def pairs(person: httpx.Client, agent: httpx.Client, turns: int
             "id": session, "query": query, "scope": "user"}),
          lambda: agent.post("/v1/context", json={"session_id": session, "query": query,
                                                 "scope": "user"})),
+        ("fact history", lambda: person.get("/ui/fact", params={
+            "category": "profile", "key": f"k{FACTS - 1}", "user": user}),
+         lambda: agent.get("/v1/facts/history", params={
+             "category": "profile", "key": f"k{FACTS - 1}", "user_id": user})),
         ("approvals + check", lambda: person.get("/ui/approvals", params={
             "command": "git status --short"}),
          lambda: agent.post("/v1/commands/check", json={"command": "git status --short"})),

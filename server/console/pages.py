@@ -36,6 +36,7 @@ USERS_SHOWN = 200
 SESSIONS_SHOWN = 100
 TURNS_SHOWN = 100
 AGENTS_LISTED = 20
+DOCUMENTS_SHOWN = 50
 LISTED = 200
 """Facts, tasks, rejected events and keys shown at most (the CLI lists them all)."""
 
@@ -64,8 +65,22 @@ def memory(request: Request, user: str | None = None, login: Login = SignedIn) -
     with console.viewing(login) as client:
         sessions = _sessions(client, login.grant, user)
         facts = client.facts(user_id=user) if user else []
+        documents = client.search_documents(user_id=user, limit=DOCUMENTS_SHOWN) if user \
+            else []
     return signed_page(request, login, "memory.html", tenants=dict(sorted(by_tenant.items())),
-                 user=user, sessions=sessions, facts=facts, limit=LISTED)
+                       user=user, sessions=sessions, facts=facts, limit=LISTED,
+                       documents=[found.document for found in documents],
+                       documents_shown=DOCUMENTS_SHOWN)
+
+
+@router.get("/fact")
+def fact(request: Request, category: str, key: str, user: str | None = None,
+         login: Login = SignedIn) -> Response:
+    """One fact's every change: who made it, when, and when each value was true."""
+    with console_of(request).viewing(login) as client:
+        changes = client.fact_history(category, key, user_id=user)
+    return signed_page(request, login, "fact.html", category=category, key=key, user=user,
+                       changes=changes)
 
 
 def _sessions(client: MemoryClient, grant: Grant | None,

@@ -13,7 +13,7 @@ from tests.conftest import MODEL_DIR, ROOT
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.redis]
 
-PAGES = ("memory", "memory of a user", "session timeline", "why this context",
+PAGES = ("memory", "memory of a user", "session timeline", "why this context", "fact history",
          "approvals + check", "tasks", "rejected", "keys", "health")
 
 

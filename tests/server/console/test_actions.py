@@ -300,3 +300,21 @@ def test_login_bodies_never_take_the_apis_places(served: Served) -> None:
     finally:
         for sock in trickles:
             sock.close()
+
+
+def test_a_facts_history_and_the_users_documents(served: Served, person: httpx.Client) -> None:
+    with RemoteMemoryClient(served.url, token=served.token(Role.AGENT)) as agent:
+        agent.set_fact("seat", "side", "aisle", user_id="alice")
+        agent.put_document(("trips", "2027"), "lisbon", {"hotel": "Alfama"}, user_id="alice")
+        agent.flush()
+    post(person, "/ui/act/set_fact", category="seat", key="side", value="window", user="alice")
+    with RemoteMemoryClient(served.url, token=served.token(Role.AGENT)) as agent:
+        agent.set_fact("seat", "side", "middle", user_id="alice")  # protected: not applied
+        agent.flush()
+    memory = person.get("/ui/memory", params={"user": "alice"}).text
+    assert "Alfama" in memory
+    assert "trips / 2027" in memory
+    history = person.get("/ui/fact", params={"category": "seat", "key": "side",
+                                             "user": "alice"}).text
+    for value in ("aisle", "window", "middle", "no: the user&#39;s value is protected"):
+        assert value in history

@@ -51,13 +51,14 @@ def test_any_form_gets_a_page_never_a_fault(served: Served, action: str) -> None
         person.close()
 
 
-@pytest.mark.parametrize("page", ["memory", "session", "forget", "approvals"])
+@pytest.mark.parametrize("page", ["memory", "session", "forget", "approvals", "fact"])
 def test_any_query_gets_a_page_never_a_fault(served: Served, page: str) -> None:
     person = seeded(served)
 
     @GENERATED
     @given(st.dictionaries(st.sampled_from(["id", "user", "session", "tenant", "command",
-                                            "query", "scope", "at", "seq"]), TEXT,
+                                            "query", "scope", "at", "seq", "category",
+                                            "key"]), TEXT,
                            max_size=5))
     def asked(params: dict[str, str]) -> None:
         answer = person.get(f"/ui/{page}", params=params)
