@@ -219,6 +219,7 @@ def health(request: Request, login: Login = SignedIn) -> Response:
     with told(console, "reading the status"):
         broker = {"inbox": status.inbox(console.reader.redis),
                   "writer": status.writer(console.reader.redis),
+                  "replication": status.replication(console.reader.redis),
                   "workers": console.workers()}
     database = status.database(config.db_path, config.embed.model_name)
     return signed_page(request, login, "health.html", broker=broker, database=database)

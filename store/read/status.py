@@ -1,5 +1,6 @@
-"""What ``memq status`` and ``memq metrics`` report about the writer's side: the inbox, the
-writer's heartbeat and figures, and the database. Everything here only reads.
+"""What ``memq status``, ``memq metrics`` and the console report about the writer's side:
+the inbox, the writer's heartbeat and figures, Redis' replicas, and the database.
+Everything here only reads.
 
 The database is opened read-only for one short read transaction, so a status poll never
 blocks the writer or pins the WAL for long.
@@ -108,6 +109,23 @@ def _oldest_age(
 
 def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def replication(client: redis.Redis) -> dict[str, Any]:
+    """The Redis replicas of the master ``client`` talks to, and how far behind the
+    furthest is: in bytes of the replication stream, and in seconds since its last
+    acknowledgement (``INFO replication``). A replica that lags loses what a failover to
+    it would not have: ``[client] wait_replicas`` is how a write waits for them."""
+    info: Any = client.info("replication")
+    offset = int(info.get("master_repl_offset", 0))
+    replicas = [value for name, value in info.items()
+                if name.startswith("slave") and isinstance(value, dict)]
+    return {
+        "role": info.get("role"),
+        "replicas": len(replicas),
+        "behind_bytes": max((offset - int(r.get("offset", 0)) for r in replicas), default=0),
+        "lag_s": max((int(r.get("lag", 0)) for r in replicas), default=0),
+    }
 
 
 def writer(client: redis.Redis) -> dict[str, Any]:
