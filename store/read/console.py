@@ -8,12 +8,13 @@ is a page, and a turn's text comes cut to :data:`SHOWN_CHARS` (tool outputs run 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import apsw
 import orjson
 
-from memq import tenants
 from memq.store.read.hidden import visible
+from memq.store.read.sessions import in_tenant
 
 SHOWN_CHARS = 2000
 """The most of a turn's text a timeline carries; the rest is counted, not read."""
@@ -48,14 +49,11 @@ def users(conn: apsw.Connection, limit: int, *, tenant: str | None = None,
     """Users with sessions, most recently active first; only ``tenant``'s, only those
     ``among``, and only their sessions with ``agents`` (stored ids), when given: the
     counts are of those sessions alone."""
-    where, params = ["user_id IS NOT NULL", "last_active_at IS NOT NULL"], {
-        "limit": limit, "mark": tenants.inside(tenant or tenants.DEFAULT, ""),
-        "among": None if among is None else orjson.dumps(among).decode(),
+    params: dict[str, Any] = {
+        "limit": limit, "among": None if among is None else orjson.dumps(among).decode(),
         "agents": None if agents is None else orjson.dumps(agents).decode()}
-    if tenant == tenants.DEFAULT:
-        where.append(f"instr(user_id, char({ord(tenants.SEPARATOR)})) = 0")
-    elif tenant is not None:
-        where.append("substr(user_id, 1, length(:mark)) = :mark")
+    where = ["user_id IS NOT NULL", "last_active_at IS NOT NULL",
+             *in_tenant("user_id", tenant, params)]
     if among is not None:
         where.append("user_id IN (SELECT value FROM json_each(:among))")
     if agents is not None:

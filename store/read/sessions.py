@@ -8,6 +8,7 @@ agent side checks on every read to know whether its copy of a session is still c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import apsw
 
@@ -76,6 +77,17 @@ def owner(conn: apsw.Connection, session_id: str) -> Owner | None:
 _COLUMNS = "session_id, user_id, agent_id, started_at, last_active_at, message_count"
 
 
+def in_tenant(column: str, tenant: str | None, params: dict[str, Any]) -> list[str]:
+    """The SQL condition keeping rows whose ``column`` is an id of ``tenant`` (none for
+    None); its parameter, ``:mark``, is added to ``params``."""
+    if tenant is None:
+        return []
+    if tenant == tenants.DEFAULT:
+        return [f"instr({column}, char({ord(tenants.SEPARATOR)})) = 0"]
+    params["mark"] = tenants.inside(tenant, "")
+    return [f"substr({column}, 1, length(:mark)) = :mark"]
+
+
 def list_sessions(
     conn: apsw.Connection, *, user_id: str | None = None, agent_id: str | None = None,
     limit: int = 50, before: str | None = None, tenant: str | None = None,
@@ -84,12 +96,8 @@ def list_sessions(
     ``agent_id``'s when given; only those last active before ``before`` (an RFC3339 time)
     when given; only ``tenant``'s (:mod:`memq.tenants`) when given."""
     where, params = ["last_active_at IS NOT NULL"], {
-        "user": user_id, "agent": agent_id, "before": before, "limit": limit,
-        "mark": tenants.inside(tenant or tenants.DEFAULT, "")}
-    if tenant == tenants.DEFAULT:
-        where.append(f"instr(session_id, char({ord(tenants.SEPARATOR)})) = 0")
-    elif tenant is not None:
-        where.append("substr(session_id, 1, length(:mark)) = :mark")
+        "user": user_id, "agent": agent_id, "before": before, "limit": limit}
+    where += in_tenant("session_id", tenant, params)
     if user_id is not None:
         where.append("user_id = :user")
     if agent_id is not None:

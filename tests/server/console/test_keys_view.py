@@ -42,6 +42,20 @@ def key_session(served: Served, admin: RemoteMemoryClient,
         browser.close()
 
 
+@contextmanager
+def acme_session(served: Served, admin: RemoteMemoryClient, session: str, content: str,
+                 user: str) -> Iterator[httpx.Client]:
+    """The console of a key of tenant acme, whose key first appended one turn there."""
+    made = admin.create_key("acme", tenant="acme", users=None, can=["read", "write"])
+    admin.flush()
+    with RemoteMemoryClient(served.url, token=made.secret) as acme:
+        acme.append(session, "user", content, user_id=user)
+        acme.flush()
+    with httpx.Client(base_url=served.url) as key:
+        key.post("/ui/login", data={"token": made.secret})
+        yield key
+
+
 def test_a_key_reads_only_its_users(served: Served, admin: RemoteMemoryClient) -> None:
     with key_session(served, admin, users=["alice"], can=["read"]) as key:
         memory = key.get("/ui/memory").text
@@ -84,13 +98,8 @@ def test_a_key_changes_nothing(served: Served, admin: RemoteMemoryClient, action
 
 def test_a_tenants_key_sees_its_tenant_alone(served: Served, admin: RemoteMemoryClient
                                             ) -> None:
-    made = admin.create_key("acme", tenant="acme", users=None, can=["read", "write"])
-    admin.flush()
-    with RemoteMemoryClient(served.url, token=made.secret) as acme:
-        acme.append("alice-trip", "user", "acme's alice, acme's trip", user_id="alice")
-        acme.flush()
-    with httpx.Client(base_url=served.url) as key:
-        key.post("/ui/login", data={"token": made.secret})
+    with acme_session(served, admin, "alice-trip", "acme's alice, acme's trip",
+                      "alice") as key:
         page = key.get("/ui/session", params={"id": "alice-trip"})
         assert "acme&#39;s trip" in page.text
         assert "a window seat to Lisbon" not in page.text
@@ -150,13 +159,7 @@ def test_a_key_of_several_users_and_agents_lands_on_its_memory(
 
 def test_a_tenants_owner_link_names_the_user_in_the_keys_terms(
         served: Served, admin: RemoteMemoryClient) -> None:
-    made = admin.create_key("acme", tenant="acme", users=None, can=["read", "write"])
-    admin.flush()
-    with RemoteMemoryClient(served.url, token=made.secret) as acme:
-        acme.append("zed-trip", "user", "hello", user_id="zed")
-        acme.flush()
-    with httpx.Client(base_url=served.url) as key:
-        key.post("/ui/login", data={"token": made.secret})
+    with acme_session(served, admin, "zed-trip", "hello", "zed") as key:
         page = key.get("/ui/session", params={"id": "zed-trip"}).text
         assert 'href="/ui/memory?user=zed"' in page
         assert key.get("/ui/memory", params={"user": "zed"}).status_code == 200
