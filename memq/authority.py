@@ -154,6 +154,8 @@ RIGHTS: tuple[Right, ...] = (
     # Webhooks send changes out, signed with a secret: the person registers them alone.
     _row(T.WEBHOOK_ADDED),
     _row(T.WEBHOOK_REMOVED),
+    # What the writer set aside is the person's to read, replay or drop.
+    _row(T.REJECTED_DROPPED),
 )
 """Per event type, its rows in order: the first row whose ``applies`` holds decides."""
 

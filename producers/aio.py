@@ -41,6 +41,7 @@ from memq.producers.ops import Op, Request, drive_async
 from memq.producers.outbox import Position
 from memq.producers.pending import PendingWrites
 from memq.producers.prefixes import PrefixesOps
+from memq.producers.rejected import RejectedOps
 from memq.producers.sessions import SessionsOps
 from memq.producers.surface_async import AsyncSurface
 from memq.producers.tasks import TasksOps
@@ -60,7 +61,7 @@ thread sees it: ``asyncio.to_thread`` copies the context)."""
 
 class AsyncMemoryClient(
     TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, WebhooksOps,
-    ChangesOps,
+    RejectedOps, ChangesOps,
     AsyncSurface,
 ):
     """One asyncio agent's handle on memq; share it between the tasks of one event loop."""

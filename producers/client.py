@@ -26,6 +26,7 @@ from memq.producers.outbox import Outbox
 from memq.producers.owners import Owners
 from memq.producers.pending import PendingWrites
 from memq.producers.prefixes import PrefixesOps
+from memq.producers.rejected import RejectedOps
 from memq.producers.sessions import SessionsOps
 from memq.producers.surface import Surface
 from memq.producers.tasks import TasksOps
@@ -38,7 +39,7 @@ __all__ = ["DEFAULT_IMPORTANCE", "MemoryClient", "default_importance"]
 
 class MemoryClient(
     TurnsOps, SessionsOps, FactsOps, MacrosOps, PrefixesOps, TasksOps, DocumentsOps, WebhooksOps,
-    ChangesOps,
+    RejectedOps, ChangesOps,
     SyncClientBase, Surface,
 ):
     """One agent process's handle on memq. Thread-safe for reads; use one per thread to write.

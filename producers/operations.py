@@ -144,6 +144,8 @@ _ROWS = [
     _write("add_webhook", "POST", "/webhooks", "webhook", right=A, status=201),
     _read("webhooks", "GET", "/webhooks", "webhooks", right=A),
     _write("remove_webhook", "POST", "/webhooks/{webhook_id}/remove", "webhook_id", right=A),
+    # what the writer set aside (the person's)
+    _write("drop_rejected", "POST", "/rejected/drop", "event_id", right=A),
 ]
 
 OPERATIONS: Mapping[str, Operation] = MappingProxyType({op.name: op for op in _ROWS})

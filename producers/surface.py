@@ -378,5 +378,13 @@ class Surface:
         """Stop a webhook's deliveries. Admin only."""
         return self._call("remove_webhook", locals())
 
+    # -- what the writer set aside (the person's) --------------------------------------
+
+    def drop_rejected(self, rejected_ids: Sequence[int]) -> str:
+        """Drop rejected events (``memq rejected list`` shows them) instead of replaying
+        them; :class:`NotFound` names one that is not there. Admin only. Returns the event
+        id."""
+        return self._call("drop_rejected", locals())
+
 
 __all__ = ["Surface"]

@@ -367,5 +367,13 @@ class AsyncSurface:
         """Stop a webhook's deliveries. Admin only."""
         return await self._call("remove_webhook", locals())
 
+    # -- what the writer set aside (the person's) --------------------------------------
+
+    async def drop_rejected(self, rejected_ids: Sequence[int]) -> str:
+        """Drop rejected events (``memq rejected list`` shows them) instead of replaying
+        them; :class:`NotFound` names one that is not there. Admin only. Returns the event
+        id."""
+        return await self._call("drop_rejected", locals())
+
 
 __all__ = ["AsyncSurface"]

@@ -1,4 +1,4 @@
-"""Database administration: ``migrate``, ``rebuild``, ``rejected``."""
+"""Database administration: ``migrate``, ``rebuild``, ``rejected list|replay|drop``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from typing import Any
 from memq import authority, broker
 from memq.cli.common import (
     add_store_options,
+    add_wait_option,
     load_config,
+    person,
     print_json,
     read_database,
+    wait_committed,
     whole_number,
 )
 from memq.printable import printable
@@ -41,6 +44,11 @@ def register(sub: Any) -> None:
     parser.add_argument("ids", nargs="*", type=whole_number, metavar="ID")
     parser.add_argument("--all", action="store_true", help="replay every unreplayed one")
     parser.set_defaults(func=rejected_replay)
+    parser = rsub.add_parser("drop", help="drop rejected events, having read why")
+    add_store_options(parser)
+    parser.add_argument("ids", nargs="+", type=whole_number, metavar="ID")
+    add_wait_option(parser)
+    parser.set_defaults(func=rejected_drop)
 
 
 def migrate(args: argparse.Namespace) -> int:
@@ -138,4 +146,12 @@ def rejected_replay(args: argparse.Namespace) -> int:
     with broker.translated(config.redis_url, "replaying rejected events"):
         replay(broker.client_for(config), rows)
     print(f"replayed {len(rows)} event(s)", file=sys.stdout)
+    return 0
+
+
+def rejected_drop(args: argparse.Namespace) -> int:
+    with person(args) as client:
+        client.drop_rejected(args.ids)
+        wait_committed(client, args.wait)
+    print(f"dropped {len(args.ids)} rejected event(s)")
     return 0

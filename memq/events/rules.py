@@ -91,6 +91,23 @@ def _distinct_ids(value: list[Any], limit: int, names: tuple[str, str, str]) -> 
     return None
 
 
+MAX_DROPPED = 1000
+"""Rejected events one ``rejected.dropped`` may drop."""
+
+
+def rejected_ids(value: list[Any]) -> str | None:
+    """The rows of ``rejected_events`` to drop: 1 to 1000 distinct positive integers."""
+    if not value:
+        return "is empty"
+    if len(value) > MAX_DROPPED:
+        return f"lists {len(value)} rejected events, over the {MAX_DROPPED} limit"
+    if not all(type(item) is int and 0 < item < 2**63 for item in value):
+        return "holds an id that is not a positive integer"
+    if len(set(value)) != len(value):
+        return "lists a rejected event twice"
+    return None
+
+
 MAX_GRANTED = 1000
 """Most users (or agents) one key may name."""
 

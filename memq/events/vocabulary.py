@@ -47,6 +47,7 @@ class EventType(StrEnum):
     KEY_REVOKED = "key.revoked"
     WEBHOOK_ADDED = "webhook.added"
     WEBHOOK_REMOVED = "webhook.removed"
+    REJECTED_DROPPED = "rejected.dropped"
 
 
 
@@ -325,6 +326,9 @@ SCHEMAS: dict[str, Schema] = {
         },
     ),
     EventType.WEBHOOK_REMOVED: Schema(1, {"webhook_id": Field(str, check=rules.key_id)}),
+    # The person drops events the writer set aside, having read why (a replay's opposite).
+    EventType.REJECTED_DROPPED: Schema(
+        1, {"rejected_ids": Field(list, check=rules.rejected_ids)}),
 }
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]

@@ -197,14 +197,25 @@ def _task(method: str, done: str) -> Action:
 
 
 def _replay(console: Console, form: Form) -> str:
-    ids = form.fields.get("id") or []
-    if not ids or not all(REJECTED_ID.fullmatch(i) for i in ids):
-        raise ValidationError("name the rejected events to replay by their ids (numbers)")
+    ids = _rejected_ids(form, "replay")
     with console.reader.readers.connection() as conn:
-        rows = [rejected.get(conn, int(i)) for i in ids]
+        rows = [rejected.get(conn, i) for i in ids]
     with told(console, "replaying rejected events"):
         count = replay(console.actor.redis, rows)
     return f"replayed {count} event(s): the writer judges them again"
+
+
+def _drop(console: Console, form: Form) -> str:
+    ids = _rejected_ids(form, "drop")
+    console.actor.drop_rejected(ids)
+    return f"dropped {len(ids)} rejected event(s)"
+
+
+def _rejected_ids(form: Form, doing: str) -> list[int]:
+    ids = form.fields.get("id") or []
+    if not ids or not all(REJECTED_ID.fullmatch(i) for i in ids):
+        raise ValidationError(f"name the rejected events to {doing} by their ids (numbers)")
+    return [int(i) for i in ids]
 
 
 def _forget(what: str) -> Action:
@@ -230,6 +241,7 @@ ACTIONS: dict[str, Action] = {
     "set_fact": _set_fact, "delete_fact": _delete_fact,
     "pause_task": _task("pause_task", "paused"), "resume_task": _task("resume_task", "resumed"),
     "delete_task": _task("delete_task", "deleted"),
-    "replay": _replay, "forget_session": _forget("session"), "forget_user": _forget("user"),
+    "replay": _replay, "drop": _drop,
+    "forget_session": _forget("session"), "forget_user": _forget("user"),
     "revoke_key": _revoke_key,
 }

@@ -26,6 +26,7 @@ from memq.store.projections import (
     macros,
     messages,
     prefixes,
+    rejected,
     retention,
     sessions,
     tasks,
@@ -46,6 +47,7 @@ APPLIERS: dict[str, Applier] = {
     **retention.APPLIERS,
     **keys.APPLIERS,
     **webhooks.APPLIERS,
+    **rejected.APPLIERS,
 }
 
 BATCH_APPLIERS: dict[str, BatchApplier] = {

@@ -279,6 +279,7 @@ ERASURE: dict[str, str] = {
     T.USER_FORGOTTEN: "none: as session.forgotten",
     T.KEY_CREATED: "none: the person's grant, naming users and no content of theirs",
     T.KEY_REVOKED: "none: as key.created",
+    T.REJECTED_DROPPED: "none: it names rows of rejected events, not whose they were",
     T.WEBHOOK_ADDED: "none: the person's, naming at most a user and no content of theirs",
     T.WEBHOOK_REMOVED: "none: as webhook.added",
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import apsw
+import orjson
 
 from memq.errors import NotFound
 
@@ -41,3 +42,10 @@ def get(conn: apsw.Connection, rejected_id: int) -> Rejected:
     if row is None:
         raise NotFound(f"no rejected event with id {rejected_id}")
     return Rejected(*row)
+
+
+def existing(conn: apsw.Connection, ids: list[int]) -> list[int]:
+    """Which of ``ids`` are rows of ``rejected_events``."""
+    rows = conn.execute("SELECT id FROM rejected_events WHERE id IN "
+                        "(SELECT value FROM json_each(?)) ORDER BY id", (orjson.dumps(ids),))
+    return [row[0] for row in rows]

@@ -174,3 +174,24 @@ def test_help_groups_every_command_once(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert out.index("start here:") < out.index("  up ") < out.index("operate:")
     assert "memq [-h] [--version] COMMAND ..." in out
+
+
+@pytest.mark.redis
+def test_rejected_drop_removes_what_it_names(config: Config, writer: WriterThread,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import redis as redis_client
+
+    from memq import MemoryClient
+
+    redis_client.Redis.from_url(config.redis_url).xadd(
+        names.ADMIN_INBOX_STREAM, {names.EVENT_FIELD: b"not an event"})
+    with MemoryClient(config=config) as client:
+        client.append("s", "user", "behind it")
+        client.flush()
+    store = ["--db", config.db_path, "--redis-url", config.redis_url]
+    assert main(["rejected", "drop", "1", "--wait", "10", *store]) == 0
+    assert capsys.readouterr().out == "dropped 1 rejected event(s)\n"
+    assert main(["rejected", "list", "--db", config.db_path]) == 0
+    assert "no rejected events" in capsys.readouterr().out
+    assert main(["rejected", "drop", "1", *store]) == 1
+    assert "no rejected event with id 1" in capsys.readouterr().err

@@ -11,8 +11,9 @@ import httpx
 import pytest
 from markupsafe import escape
 
-from memq import RemoteMemoryClient
+from memq import RemoteMemoryClient, names
 from memq.authority import Role
+from memq.config import Config
 from tests.producers.serving import Served
 
 pytestmark = [pytest.mark.redis]
@@ -318,3 +319,16 @@ def test_a_facts_history_and_the_users_documents(served: Served, person: httpx.C
                                              "user": "alice"}).text
     for value in ("aisle", "window", "middle", "no: the user&#39;s value is protected"):
         assert value in history
+
+
+def test_a_rejected_event_is_replayed_or_dropped(served: Served, person: httpx.Client,
+                                                 config: Config) -> None:
+    served.bases[Role.ADMIN].redis.xadd(names.ADMIN_INBOX_STREAM,
+                                        {names.EVENT_FIELD: b"not an event"})
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+        admin.append("s", "user", "behind it")
+        admin.flush()
+    page = person.get("/ui/rejected").text
+    (row_id,) = re.findall(r'name="id" value="(\d+)"', page)[:1]
+    assert post(person, "/ui/act/drop", id=row_id).status_code == 303
+    assert "Nothing was rejected." in person.get("/ui/rejected").text
