@@ -81,6 +81,7 @@ SPEC: list[tuple[str, str, dict[str, Any], set[Role]]] = [
     ("revoke an API key", T.KEY_REVOKED, {}, {ADMIN}),
     ("add a webhook", T.WEBHOOK_ADDED, {}, {ADMIN}),
     ("remove a webhook", T.WEBHOOK_REMOVED, {}, {ADMIN}),
+    ("drop rejected events", T.REJECTED_DROPPED, {}, {ADMIN}),
 ]
 
 
@@ -121,6 +122,7 @@ def base_payload(etype: str) -> dict[str, Any]:
         T.WEBHOOK_ADDED: {"webhook_id": "0123456789abcdef", "url": "https://example.com/h",
                           "types": ["fact.*"], "secret": "whsec_" + "a" * 43},
         T.WEBHOOK_REMOVED: {"webhook_id": "0123456789abcdef"},
+        T.REJECTED_DROPPED: {"rejected_ids": [1]},
     }.get(etype, {})  # the legacy imports: the table looks at none of their fields
 
 
@@ -235,7 +237,7 @@ def payloads(draw: st.DrawFn) -> tuple[str, dict[str, Any], dict[str, Any]]:
 ADMIN_ONLY_TYPES = {T.MESSAGE_IMPORTED, T.FACT_IMPORTED, T.MACRO_IMPORTED, T.TASK_IMPORTED,
                     T.USER_FORGOTTEN, T.PREFIX_ALLOWED, T.PREFIX_REVOKED,
                     T.RETENTION_APPLIED, T.KEY_CREATED, T.KEY_REVOKED, T.WEBHOOK_ADDED,
-                    T.WEBHOOK_REMOVED}
+                    T.WEBHOOK_REMOVED, T.REJECTED_DROPPED}
 WORKER_RESULTS = {T.MESSAGE_EMBEDDED, T.MESSAGE_EMBEDDING_FAILED, T.SESSION_CONSOLIDATED,
                   T.TASK_FIRED, T.CONSOLIDATION_REQUESTED}
 AGENT_ACTIONS = {T.MESSAGE_APPENDED, T.SESSION_FORGOTTEN, T.MESSAGE_FORGOTTEN,
