@@ -2,6 +2,12 @@
 #   make run    bootstrap, then start the whole stack and show it working
 #   make test   bootstrap, then run the test suite
 PYTHON ?= python3
+# Bytecode is written and reused: where the environment sets PYTHONDONTWRITEBYTECODE,
+# every process the suite starts (each memq command, worker and stack) compiles memq from
+# source again, and each test worker rewrites every test module's asserts again; the
+# suite is CPU-bound on 2 cores, and that was a fifth of its CPU. (An empty value is
+# "not set" to Python.)
+export PYTHONDONTWRITEBYTECODE :=
 VENV   := .venv
 BIN    := $(VENV)/bin
 MODEL_DIR ?= models/all-MiniLM-L6-v2

@@ -201,6 +201,9 @@ CHECKED_VALUES: dict[Callable[..., Any], st.SearchStrategy[Any]] = {
     field_rules.type_patterns: st.lists(st.sampled_from(["fact.*", "message.appended"]),
                                         min_size=1, max_size=2),
     field_rules.webhook_secret: st.just("whsec_" + "a" * 43),
+    # ids beyond any rejected row of the run: a drop must not take the rows the fuzz reads
+    field_rules.rejected_ids: st.lists(st.integers(10**12, 10**12 + 1000), min_size=1,
+                                       max_size=3, unique=True),
 }
 """Valid values for the fields that have a rule of their own."""
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import apsw
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -85,7 +86,21 @@ def sign_in(chrome: WebDriver, served: Served, token: str) -> None:
 def submit(chrome: WebDriver, element: WebElement) -> None:
     """Click, and wait for the page it leads to (a click returns before it loads)."""
     element.click()
-    WebDriverWait(chrome, 30).until(expected_conditions.staleness_of(element))
+    WebDriverWait(chrome, 30).until(lambda _: gone(element))
+
+
+def gone(element: WebElement) -> bool:
+    """Whether the page that held ``element`` was replaced. chromedriver says so either as
+    a stale element or, while the new page loads, as a node of no document."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 def shot(chrome: WebDriver, name: str) -> None:
