@@ -95,8 +95,8 @@ class Guard:
         """Whether a token's budget for this second is spent: refused before its body is
         read, so a flood past its budget costs the server a header's worth of work."""
         self.door = door
-        """The body limit of a request that may send one without a bearer token (the
-        console's forms), else None."""
+        """How a request without a bearer token may send its body (the console's forms,
+        ``Gate``), or None: it may not."""
         self.body_timeout_s = body_timeout_s
         self.places = asyncio.Semaphore(max_bodies)
 

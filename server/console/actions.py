@@ -18,7 +18,7 @@ from memq import tenants
 from memq.errors import FlushTimeout, NotFound, PermissionDenied, ValidationError
 from memq.producers.keys import NewKey
 from memq.rejections import replay
-from memq.server.console.logins import COOKIE, LIFETIME_S, csrf_ok
+from memq.server.console.logins import COOKIE, LIFETIME_S, Login, csrf_ok
 from memq.server.console.pages import LISTED, SAID_COOKIE, signed_page
 from memq.server.console.render import page
 from memq.server.console.state import Console, console_of, signed_in, the_persons, told
@@ -87,8 +87,8 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    await _checked_form(request)
-    await run_in_threadpool(lambda: console_of(request).end(signed_in(request)))
+    login, _ = await _checked_form(request)
+    await run_in_threadpool(console_of(request).end, login)
     response = RedirectResponse("/ui/login", 303)
     response.delete_cookie(COOKIE, path="/ui")
     return response
@@ -97,10 +97,9 @@ async def logout(request: Request) -> Response:
 @router.post("/act/create_key")
 async def create_key(request: Request) -> Response:
     """Its answer is the keys' page itself: the secret is shown there once."""
-    form = await _checked_form(request, acting=True)
+    login, form = await _checked_form(request, acting=True)
     console = console_of(request)
     made = await run_in_threadpool(_make_key, console, form)
-    login = await run_in_threadpool(signed_in, request)
     return signed_page(request, login, "keys.html", keys=console.reader.api_keys()[:LISTED],
                        secret=made, said=f"created key {made.id}: copy its secret now, it "
                                          "is not shown again")
@@ -108,7 +107,7 @@ async def create_key(request: Request) -> Response:
 
 @router.post("/act/{name}")
 async def act(request: Request, name: str) -> Response:
-    form = await _checked_form(request, acting=True)
+    _, form = await _checked_form(request, acting=True)
     action = ACTIONS.get(name)
     if action is None:
         raise NotFound(f"no console action {name!r}")
@@ -121,8 +120,8 @@ async def act(request: Request, name: str) -> Response:
     return response
 
 
-async def _checked_form(request: Request, *, acting: bool = False) -> Form:
-    """The form of a signed session, with its CSRF token; ``acting``: the person's."""
+async def _checked_form(request: Request, *, acting: bool = False) -> tuple[Login, Form]:
+    """The session and its form, with its CSRF token; ``acting``: the person's."""
     login = await run_in_threadpool(signed_in, request)
     if acting:
         the_persons(login)
@@ -130,7 +129,7 @@ async def _checked_form(request: Request, *, acting: bool = False) -> Form:
     if not csrf_ok(login, form.optional("csrf")):
         raise PermissionDenied("this form's CSRF token is missing or not this session's: "
                                "reload the page and send it again")
-    return form
+    return login, form
 
 
 def _run(console: Console, action: Action, form: Form) -> str:
@@ -178,7 +177,7 @@ def _set_fact(console: Console, form: Form) -> str:
     category, key, value = form.one("category"), form.one("key"), form.one("value")
     # The person's word: protected from agents, and it replaces theirs.
     console.actor.set_fact(category, key, value, source="user", force=True,
-                              user_id=form.optional("user"))
+                           user_id=form.optional("user"))
     return f"set {category}/{key} = {value!r}"
 
 

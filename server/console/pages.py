@@ -105,6 +105,7 @@ def _users(conn: Any, grant: Grant | None) -> list[shown.UserRow]:
     """The users a viewer sees: every tenant's for the person, a key's own else."""
     if grant is None:
         return shown.users(conn, USERS_SHOWN)
+
     def stored(names: frozenset[str] | None) -> list[str] | None:
         return None if names is None else [tenants.inside(grant.tenant, n) for n in names]
 
@@ -129,8 +130,8 @@ def session(request: Request, id: str, query: str | None = None, scope: str = "s
         found = tenancy.owner_in(login.grant.tenant, found) or found  # in the key's names
     explained, why = _explained(console, login, id, query, scope)
     return signed_page(request, login, "session.html", session_id=id, owner=found, turns=turns,
-                 more=len(turns) == TURNS_SHOWN, query=query, scope=scope,
-                 items=explained, why=why, shown_chars=shown.SHOWN_CHARS)
+                       more=len(turns) == TURNS_SHOWN, query=query, scope=scope,
+                       items=explained, why=why, shown_chars=shown.SHOWN_CHARS)
 
 
 def _readable_session(console: Console, login: Login, session_id: str) -> str:
@@ -175,8 +176,8 @@ def approvals(request: Request, tenant: str | None = None, command: str | None =
         prefixes = client.allowed_prefixes(tenant=tenant)
         checked = _checked(client, command, tenant) if command else None
     shown_tenant = login.grant.tenant if login.grant else tenant or tenants.DEFAULT
-    return signed_page(request, login, "approvals.html", tenant=shown_tenant, prefixes=prefixes,
-                 command=command, checked=checked)
+    return signed_page(request, login, "approvals.html", tenant=shown_tenant,
+                       prefixes=prefixes, command=command, checked=checked)
 
 
 def _checked(client: MemoryClient, command: str, tenant: str | None) -> dict[str, Any]:
