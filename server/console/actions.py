@@ -99,10 +99,12 @@ async def create_key(request: Request) -> Response:
     """Its answer is the keys' page itself: the secret is shown there once."""
     login, form = await _checked_form(request, acting=True)
     console = console_of(request)
-    made = await run_in_threadpool(_make_key, console, form)
+    made, committed = await run_in_threadpool(_make_key, console, form)
+    said = f"created key {made.id}: copy its secret now, it is not shown again"
+    if not committed:
+        said += "; sent, but the writer has not committed it yet: it works once it has"
     return signed_page(request, login, "keys.html", keys=console.reader.api_keys()[:LISTED],
-                       secret=made, said=f"created key {made.id}: copy its secret now, it "
-                                         "is not shown again")
+                       secret=made, said=said)
 
 
 @router.post("/act/{name}")
@@ -150,14 +152,19 @@ def _back(form: Form) -> str:
     return back
 
 
-def _make_key(console: Console, form: Form) -> NewKey:
+def _make_key(console: Console, form: Form) -> tuple[NewKey, bool]:
+    """The key sent, and whether the writer committed it in time. Its secret is shown
+    either way: the key is on its way, and its secret is nowhere else."""
     with console.acting:
         made = console.actor.create_key(
             form.one("name"), tenant=form.optional("tenant") or "default",
             users=form.listed("users"), agents=form.listed("agents"),
             can=form.fields.get("can") or ["read"], expires_at=form.optional("expires_at"))
-        console.actor.flush(timeout=WAIT_S)
-    return made
+        try:
+            console.actor.flush(timeout=WAIT_S)
+        except FlushTimeout:
+            return made, False
+    return made, True
 
 
 Action = Callable[[Console, Form], str]

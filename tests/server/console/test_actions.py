@@ -14,6 +14,7 @@ from markupsafe import escape
 from memq import RemoteMemoryClient, names
 from memq.authority import Role
 from memq.config import Config
+from memq.testing import WriterThread
 from tests.producers.serving import Served
 
 pytestmark = [pytest.mark.redis]
@@ -332,3 +333,23 @@ def test_a_rejected_event_is_replayed_or_dropped(served: Served, person: httpx.C
     (row_id,) = re.findall(r'name="id" value="(\d+)"', page)[:1]
     assert post(person, "/ui/act/drop", id=row_id).status_code == 303
     assert "Nothing was rejected." in person.get("/ui/rejected").text
+
+
+def test_a_key_made_while_the_writer_is_away_still_shows_its_secret(
+        served: Served, person: httpx.Client, writer: WriterThread,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from memq.server.console import actions
+
+    monkeypatch.setattr(actions, "WAIT_S", 0.1)
+    token = csrf_of(person.get("/ui/keys"))
+    writer.stop()
+    made = person.post("/ui/act/create_key", data={"csrf": token, "name": "late"})
+    assert made.status_code == 200
+    assert "writer has not committed it yet" in made.text
+    secret = re.search(r'class="secret">([^<]+)<', made.text)
+    assert secret
+    writer.start()
+    with RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+        admin.flush()
+    with RemoteMemoryClient(served.url, token=secret.group(1)) as key:
+        assert key.sessions() == []
