@@ -110,6 +110,7 @@ class MemoryClient(
         if private:
             twin.pending_writes = PendingWrites(twin._commit_position)
             twin.sources = self.sources.with_own_working_memory(twin._commit_position)
+            twin.working_memory = twin.sources.working_memory
             twin.owners = Owners(twin.sources.owner, max_sessions=self.owners.max_sessions)
         return twin
 

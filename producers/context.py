@@ -37,7 +37,6 @@ from memq.producers.outbox import Ticket
 from memq.producers.owners import Owners
 from memq.producers.ranking.profiles import Found, Profile, profile_for
 from memq.producers.ranking.sources import SessionSources
-from memq.producers.working_memory import WorkingMemory
 from memq.reranker import Reranker
 from memq.store.read import erasures
 from memq.store.read.fact_search import relevant_facts
@@ -137,15 +136,11 @@ class ContextOps(ClientBase):
             reranker=Reranker(retrieval.reranker_dir, threads=embed.threads)
             if retrieval.reranker_dir else None,
         )
+        self.working_memory = self.sources.working_memory
         self.owners = Owners(self.sources.owner, max_sessions=memory.max_sessions)
         # Read on the first call, not here: a constructor that reads would refuse a client
         # of another database before it could send, and could fail while the writer migrates.
         self._erasures_seen: int | None = None
-
-    @property
-    def working_memory(self) -> WorkingMemory:
-        """This client's recent turns, its own pending ones among them (its sources')."""
-        return self.sources.working_memory
 
     def _get_context_op(
         self, session_id: str, query: str | None, scope: str
