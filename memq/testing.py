@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from memq.store.write.batch import BatchResult
     from memq.store.write.writer import Writer
 
-__all__ = ["RedisServer", "WriterThread", "apply_events", "free_port", "run_queued_jobs",
-           "wait_committed"]
+__all__ = ["RedisServer", "WriterThread", "apply_events", "free_port", "inbox_entries",
+           "run_queued_jobs", "wait_committed"]
 
 
 PORT_BASE, PORTS_PER_PROCESS = 20_000, 1_000
@@ -218,6 +218,13 @@ def apply_events(writer: Writer, events: list[Event | bytes], *,
                for e in events]
     decoded = batch.decode_entries(entries, writer.config.limits)
     return writer.apply_batch(decoded, entries[-1].id.decode())
+
+
+def inbox_entries(connection: redis.Redis) -> int:
+    """How many entries the inbox streams hold, every role's: a client's stream depends on
+    its credentials (the default user's events go to the admins' inbox), so a test that
+    something was not sent counts them all."""
+    return sum(int(connection.xlen(stream)) for stream in names.INBOX_STREAMS)
 
 
 def wait_committed(connection: redis.Redis, timeout: float = 10.0) -> None:

@@ -23,7 +23,7 @@ from memq.config import ClientConfig, Config
 from memq.errors import BrokerError
 from memq.jobs import queue, task_run_digest
 from memq.store.dispatch.task_runs import RUN_TASK
-from memq.testing import RedisServer
+from memq.testing import RedisServer, inbox_entries
 from memq.workers.context import WorkerContext
 from memq.workers.tasks import TaskRun
 from tests.faults import figures
@@ -150,8 +150,7 @@ def test_a_longer_outage_is_a_broker_error_naming_redis(
 
 
 def inbox_length(config: Config) -> int:
-    broker = redis.Redis.from_url(config.redis_url)
-    return sum(int(broker.xlen(stream)) for stream in names.INBOX_STREAMS)
+    return inbox_entries(redis.Redis.from_url(config.redis_url))
 
 
 def _restart_later(server: RedisServer, after_s: float) -> threading.Thread:

@@ -12,6 +12,7 @@ import redis
 from memq import MemoryClient, names
 from memq.config import ClientConfig, Config
 from memq.errors import BrokerError, FlushTimeout, NotFound, ValidationError
+from memq.testing import inbox_entries
 from tests.consolidation_events import send_summary
 
 pytestmark = pytest.mark.redis
@@ -58,7 +59,7 @@ def test_bad_append_raises_and_sends_nothing(
         with pytest.raises(ValidationError) as info:
             client.append(args.pop("session_id"), args.pop("role"), args.pop("content"), **args)
         assert message in str(info.value)
-        assert client.redis.xlen(names.INBOX_STREAM) == 0
+        assert inbox_entries(client.redis) == 0
 
 
 @pytest.mark.remote_too

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memq import ContextItem, MemoryClient, names
+from memq import ContextItem, MemoryClient
 from memq.config import Config, RetrievalConfig, from_mapping
 from memq.embedding import Embedder
 from memq.errors import ConfigError, ValidationError
@@ -24,6 +24,7 @@ from memq.producers.ranking.profiles import Hit, Profile, Recency, Sources
 from memq.store.read import messages as sources_module
 from memq.store.read.messages import Message
 from memq.store.read.scope import Scope
+from memq.testing import inbox_entries
 from tests.embedding_events import send_embeddings
 
 pytestmark = pytest.mark.redis
@@ -394,7 +395,7 @@ def test_append_refuses_bad_arguments_and_sends_nothing(
     with pytest.raises(ValidationError) as caught:
         idle.append(**call)
     assert fragment in str(caught.value)
-    assert idle.redis.xlen(names.INBOX_STREAM) == 0
+    assert inbox_entries(idle.redis) == 0
     assert "s1" not in idle.working_memory or idle.working_memory.recent("s1", 5) == []
 
 

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 import memq
-from memq import MemoryClient, names
+from memq import MemoryClient
 from memq.clock import uuid7
 from memq.config import Config, RetrievalConfig
 from memq.errors import ValidationError
 from memq.events import Event, EventType
 from memq.producers.facts import with_pending_facts
 from memq.store.read.facts import Fact
-from memq.testing import WriterThread
+from memq.testing import WriterThread, inbox_entries
 from tests.conftest import ROOT, memq_command
 
 pytestmark = pytest.mark.redis
@@ -177,7 +177,7 @@ def test_bad_arguments(idle_client: MemoryClient, method: str, args: tuple[Any, 
     with pytest.raises(ValidationError) as caught:
         getattr(idle_client, method)(*args, **kwargs)
     assert message in str(caught.value)
-    assert idle_client.redis.xlen(names.INBOX_STREAM) == 0  # nothing was sent
+    assert inbox_entries(idle_client.redis) == 0  # nothing was sent
     assert idle_client.outbox.last_sent is None
 
 

@@ -14,7 +14,7 @@ from memq.errors import ConfigError, NotFound, ValidationError
 from memq.producers.macros import _best_per_next_tool
 from memq.store.read.macros import Macro
 from memq.store.rebuild import check
-from memq.testing import wait_committed
+from memq.testing import inbox_entries, wait_committed
 from memq.toolcalls import ANY_ARGS
 
 pytestmark = pytest.mark.redis
@@ -158,7 +158,7 @@ def test_bad_arguments(idle_client: MemoryClient, method: str, args: tuple[Any, 
     with pytest.raises(ValidationError) as caught:
         getattr(idle_client, method)(*args)
     assert message in str(caught.value)
-    assert idle_client.redis.xlen(names.INBOX_STREAM) == 0
+    assert inbox_entries(idle_client.redis) == 0
     assert idle_client.outbox.last_sent is None
 
 

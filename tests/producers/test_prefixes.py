@@ -16,6 +16,7 @@ from memq.producers.prefixes import AllowedPrefix
 from memq.store import schema
 from memq.store.connection import open_connection
 from memq.store.rebuild import check
+from memq.testing import inbox_entries
 
 pytestmark = pytest.mark.redis
 
@@ -163,7 +164,7 @@ def test_bad_arguments(idle_client: MemoryClient, method: str, args: tuple[Any, 
     with pytest.raises(ValidationError) as caught:
         getattr(idle_client, method)(*args, **kwargs)
     assert message in str(caught.value)
-    assert idle_client.redis.xlen(names.INBOX_STREAM) == 0
+    assert inbox_entries(idle_client.redis) == 0
 
 
 @pytest.mark.parametrize(
