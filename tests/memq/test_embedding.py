@@ -125,6 +125,19 @@ def test_identical_texts_are_embedded_once_and_every_copy_gets_the_vector(
 
 
 @pytest.mark.model
+def test_a_process_loads_a_model_once_for_every_client(embedder: Embedder) -> None:
+    same, capped = Embedder(embedder.config), Embedder(
+        dataclasses.replace(embedder.config, max_tokens=64))
+    for e in (embedder, same, capped):
+        e.load()
+    assert same._model is embedder._model
+    assert capped._model is not embedder._model  # the cap is set on the model's tokenizer
+    long = " ".join(["word"] * 200)
+    assert capped.token_counts([long]) == [64]
+    assert same.token_counts([long]) == [202]
+
+
+@pytest.mark.model
 def test_a_cap_beyond_what_the_model_reads_is_refused() -> None:
     config = dataclasses.replace(Config().embed, model_dir=str(MODEL_DIR), max_tokens=1024)
     with pytest.raises(ModelError, match="max_tokens is 1024, but the model reads at most 512"):
