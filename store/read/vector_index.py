@@ -180,11 +180,12 @@ class VectorIndex:
             return []
         parts = self._split(query)
         rows, partial = np.arange(n), self._blocks[0][:n] @ parts[0]
+        cut = max(threshold, self._kth_score(partial, parts, limit))
         for k in range(1, len(self._blocks)):
             rest = self._rest_norms[k - 1][:n] if len(rows) == n else self._rest_norms[k - 1][rows]
             bound = rest * np.float32(np.linalg.norm(np.concatenate(parts[k:])))
             bound += partial
-            keep = np.flatnonzero(bound > threshold - BOUND_SLACK)
+            keep = np.flatnonzero(bound > cut - BOUND_SLACK)
             rows, partial = rows[keep], partial[keep]
             if len(rows) * 4 > n:  # most rows pass: one sequential scan beats a gather
                 partial = partial + (self._blocks[k][:n] @ parts[k])[rows]
@@ -196,6 +197,17 @@ class VectorIndex:
         passing = [(-float(score), self._ids[row]) for row, score in zip(rows, precise, strict=True)
                    if score > threshold]
         return [(message_id, -negated) for negated, message_id in sorted(passing)[:limit]]
+
+    def _kth_score(self, partial: np.ndarray, parts: list[np.ndarray], limit: int) -> float:
+        """A score the ``limit``-th best row reaches for sure: the exact scores of the
+        ``limit`` rows that lead after the first block, the lowest of them. No row whose
+        bound stays below it can be among the best ``limit``, whatever the threshold: a
+        search for the best 50 of 100,000 with a low threshold reads the later blocks for
+        the rows that might beat those 50, not for every row above the threshold."""
+        if len(partial) <= limit or len(self.spans) == 1:
+            return -np.inf
+        lead = np.argpartition(partial, len(partial) - limit)[len(partial) - limit:]
+        return float(self._precise(lead, parts).min()) - BOUND_SLACK
 
     def scores(self, ids: Iterable[str], query: np.ndarray) -> dict[str, float]:
         """The dot product of ``query`` with each of ``ids`` that is in the set."""

@@ -60,6 +60,16 @@ def test_pruning_reads_the_last_block_of_few_rows_on_clustered_data() -> None:
     assert index.last_candidates < len(matrix) // 10
 
 
+def test_a_low_threshold_reads_the_last_block_only_for_rows_that_may_make_the_top() -> None:
+    """The best ``limit`` rows bound the search, not the threshold alone: asking for the
+    best 5 of everything (threshold -1) must not read every row's last block."""
+    matrix = clustered(FIT_MIN_ROWS * 2)
+    index, ids = build(matrix)
+    found = index.search(matrix[7], -1.0, 5)
+    assert [i for i, _ in found] == brute(ids, matrix, matrix[7], -1.0, 5)
+    assert index.last_candidates < len(matrix) // 10
+
+
 def test_scores_are_dot_products_in_any_basis() -> None:
     matrix = clustered(FIT_MIN_ROWS)
     index, _ids = build(matrix)
