@@ -21,7 +21,9 @@ every turn, its storage and its erasure.
 
 Cost: a second index beside the vectors of each scope the recall profile searches (twice
 the memory of that scope; ``[retrieval] vector_cache_max_vectors`` counts the vectors
-only), and on a scope's first load, keys for 100,000 turns in ~1.9 s against ~0.9 s for
+only). The turns' own vectors are read from the scope's index when a key is computed
+again, not held a second time (given ``turns``; alone, the keys keep an index of their
+own). On a scope's first load, keys for 100,000 turns in ~1.9 s against ~0.9 s for
 the vectors alone (measured on this 2-core machine under load).
 """
 
@@ -38,26 +40,36 @@ from memq.store.read.vector_index import VectorIndex
 class Neighbourhoods:
     """Contextual key vectors of a set of turns, kept up to date as turns come and go."""
 
-    def __init__(self, dim: int, weight: float) -> None:
+    def __init__(self, dim: int, weight: float, turns: VectorIndex | None = None) -> None:
+        """``turns``: the index that holds the turns' own vectors, kept up to date by its
+        owner before each :meth:`upsert` and after each :meth:`remove`; by default the
+        keys keep one of their own."""
         if not 0.0 < weight <= 1.0:
             raise ValueError(f"weight must be in (0, 1], got {weight}")
         self.weight = weight
         self.index = VectorIndex(dim)
-        self._unit: dict[str, np.ndarray] = {}
+        self._owns_turns = turns is None
+        self._turns = VectorIndex(dim) if turns is None else turns
         self._place: dict[str, tuple[str, int]] = {}
         self._order: dict[str, list[tuple[int, str]]] = {}
 
     def __len__(self) -> int:
-        return len(self._unit)
+        return len(self._place)
+
+    @property
+    def nbytes(self) -> int:
+        """The keys' arrays (and the turns', when the keys keep their own)."""
+        return self.index.nbytes + (self._turns.nbytes if self._owns_turns else 0)
 
     def upsert(self, rows: Sequence[tuple[str, str, int]], vectors: np.ndarray) -> None:
         """Add or replace turns: ``rows`` are (id, session id, seq), ``vectors`` their unit
         vectors; the keys of their neighbours change with them."""
+        if self._owns_turns:
+            self._turns.upsert([row[0] for row in rows], vectors, fit=False)
         affected: set[str] = set()
-        for (message_id, session_id, seq), vector in zip(rows, vectors, strict=True):
+        for message_id, session_id, seq in rows:
             if message_id in self._place:
                 affected |= self._take_out(message_id)
-            self._unit[message_id] = vector
             self._place[message_id] = (session_id, seq)
             bisect.insort(self._order.setdefault(session_id, []), (seq, message_id))
             affected |= {message_id, *self._beside(message_id)}
@@ -68,16 +80,17 @@ class Neighbourhoods:
         gone = [i for i in ids if i in self._place]
         for message_id in gone:
             affected |= self._take_out(message_id)
-            del self._unit[message_id]
         self.index.remove(gone)
+        if self._owns_turns:
+            self._turns.remove(gone)
         self._recompute(affected - set(gone))
 
     def key(self, message_id: str) -> np.ndarray:
         """The contextual key of a turn (for tests and explanations)."""
-        neighbourhood = sum((self._unit[i] for i in self._around(message_id)),
-                            np.zeros_like(self._unit[message_id]))
+        own, *beside = self._turns.vectors(self._around(message_id))
+        neighbourhood = own + sum(beside, np.zeros_like(own))
         norm = float(np.linalg.norm(neighbourhood))
-        mixed = self._unit[message_id] * (1 - self.weight)
+        mixed = own * (1 - self.weight)
         if norm > 1e-12:
             mixed = mixed + neighbourhood * (self.weight / norm)
         return np.asarray(mixed, dtype=np.float32)
@@ -104,23 +117,26 @@ class Neighbourhoods:
     def _recompute(self, ids: set[str]) -> None:
         """The keys of ``ids`` again, all at once (a scope's first load recomputes every
         turn's key: one matrix operation, not one per turn)."""
-        present = sorted(i for i in ids if i in self._place)
+        # A turn the turns' index lacks has no vector to mix: it neither gets a key
+        # computed nor lends its vector to a neighbour's.
+        present = sorted(i for i in ids if i in self._place and i in self._turns)
         if not present:
             return
-        unit = self._unit
         sides: list[list[str | None]] = [[], []]
         for message_id in present:
             session_id, seq = self._place[message_id]
             order = self._order[session_id]
             at = bisect.bisect_left(order, (seq, message_id))
-            sides[0].append(order[at - 1][1] if at > 0 else None)
-            sides[1].append(order[at + 1][1] if at + 1 < len(order) else None)
-        own = np.vstack([unit[i] for i in present])
+            before = order[at - 1][1] if at > 0 else None
+            after = order[at + 1][1] if at + 1 < len(order) else None
+            sides[0].append(before if before in self._turns else None)
+            sides[1].append(after if after in self._turns else None)
+        own = self._turns.vectors(present)
         total = own.copy()
         for side in sides:
             known = [n for n, other in enumerate(side) if other is not None]
             if known:
-                total[known] += np.vstack([unit[side[n]] for n in known])  # type: ignore[index]
+                total[known] += self._turns.vectors([side[n] for n in known])  # type: ignore[misc]
         norms = np.linalg.norm(total, axis=1, keepdims=True)
         around = np.divide(total, norms, out=np.zeros_like(total), where=norms > 1e-12)
         keys = own * (1 - self.weight) + around * self.weight

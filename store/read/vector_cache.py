@@ -98,7 +98,8 @@ class VectorCache:
     @property
     def nbytes(self) -> int:
         with self._lock:
-            return sum(e.index.nbytes for e in self._entries.values())
+            return sum(e.index.nbytes + (e.keys.nbytes if e.keys is not None else 0)
+                       for e in self._entries.values())
 
     def search(
         self, scope: Scope, query: np.ndarray, threshold: float, limit: int,
@@ -170,9 +171,10 @@ class VectorCache:
         with self._lock:
             entry = self._entries.get(scope.key)
             if entry is None:
-                keys = (Neighbourhoods(self.dim, self.context_weight)
+                turns = VectorIndex(self.dim)
+                keys = (Neighbourhoods(self.dim, self.context_weight, turns)
                         if self.context_weight > 0 else None)
-                entry = self._entries[scope.key] = _Entry(VectorIndex(self.dim), keys)
+                entry = self._entries[scope.key] = _Entry(turns, keys)
             self._entries.move_to_end(scope.key)
             return entry
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memq.store.read.neighbourhoods import Neighbourhoods
+from memq.store.read.vector_index import VectorIndex
 
 DIM = 8
 
@@ -53,6 +54,23 @@ def test_a_removed_turn_leaves_no_key_and_no_trace_in_its_neighbours_keys() -> N
     left = keys.index.scores(["a", "c"], unit(5))
     assert left == {"a": 0.0, "c": 0.0}  # nothing of the removed vector is left
     assert np.allclose(keys.key("a"), expected(0.5, unit(0), unit(2)))
+
+
+def test_keys_read_a_shared_index_of_the_turns_instead_of_a_copy() -> None:
+    """Beside a scope's own index the keys hold no second copy of the turns' vectors, and
+    give the same keys as keys that keep their own."""
+    rows = [("a", "s", 1), ("b", "s", 2), ("c", "s", 3)]
+    matrix = np.vstack([unit(0), unit(1), unit(2)])
+    turns = VectorIndex(DIM)
+    turns.upsert([r[0] for r in rows], matrix)
+    shared, alone = Neighbourhoods(DIM, 0.5, turns), Neighbourhoods(DIM, 0.5)
+    for keys in (shared, alone):
+        keys.upsert(rows, matrix)
+    assert shared.nbytes == shared.index.nbytes < alone.nbytes
+    turns.remove(["b"])
+    for keys in (shared, alone):
+        keys.remove(["b"])
+        assert np.allclose(keys.key("a"), expected(0.5, unit(0), unit(2)))
 
 
 @pytest.mark.parametrize("weight", [0.0, 1.5, -0.1])
