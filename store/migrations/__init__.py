@@ -64,4 +64,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0030_tenant_approvals", p.tenant_approvals),
     Migration("0031_webhook_tenants", p.webhook_tenants),
     Migration("0032_erasing", m.erasing),
+    Migration("0033_importance_by_user", m.importance_by_user),
 ]

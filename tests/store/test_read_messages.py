@@ -52,3 +52,18 @@ def test_the_next_turns_are_found_by_key_not_by_walking_the_scope(
     plan = [str(row[-1]) for row in log.reader().execute(
         f"EXPLAIN QUERY PLAN {sql}", {**scope.params(), "ids": '["x"]'})]
     assert "SEARCH m USING INDEX sqlite_autoindex_messages_1 (id=?)" in plan, plan
+
+
+@pytest.mark.parametrize(("scope", "index"), [
+    (Scope("a"), "messages_by_importance (session_id=? AND importance>?)"),
+    (Scope("a", "user", "u1"), "messages_by_user_importance (user_id=? AND importance>?)"),
+    (Scope("a", "agent", "u1", "x"), "messages_by_user_importance (user_id=? AND importance>?)"),
+])
+def test_rare_important_turns_are_found_by_an_index_at_every_scope(
+    log: EventLog, scope: Scope, index: str
+) -> None:
+    """At user scope the important turns were found by reading every turn of the user."""
+    sql = messages._IMPORTANT_BY_INDEX.format(scope=scope.condition())
+    plan = [str(row[-1]) for row in log.reader().execute(
+        f"EXPLAIN QUERY PLAN {sql}", {**scope.params(), "threshold": 0.8, "limit": 5})]
+    assert f"SEARCH messages USING INDEX {index}" in plan, plan
