@@ -10,6 +10,8 @@ from pathlib import Path
 
 import apsw
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memq.clock import uuid7
 from memq.events import EventType
@@ -287,3 +289,22 @@ def test_an_index_of_the_earlier_kind_is_refilled_from_the_messages(tmp_path: Pa
     schema.migrate(conn)  # what reads need besides the index (0032: erasing)
     assert [mid for mid, _ in lexical_query.search(conn, Scope("s1"), "otter", 5)] == ["m1"]
     conn.close()
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(["cat", "miso", "vacuum", "tokyo", "flight", "paint", "lake"]),
+                min_size=1, max_size=6), st.integers(1, 12))
+def test_the_best_matches_chosen_in_the_index_are_those_of_the_joined_search(
+    log: EventLog, words: list[str], limit: int
+) -> None:
+    """Ranking inside the index before joining the messages (while nothing is being
+    erased) gives the same ids, scores and order as joining every match first."""
+    if not indexed(log.conn):
+        record(log, *FILLER, "the cat Miso", "miso miso soup", "tokyo flight", "cat on a flight",
+               "paint the lake", "a vacuum scares the cat", "lake tokyo", "tokyo tokyo")
+    expression = lexical_query.match_expression(Scope("s1"), " ".join(words))
+    args = (*lexical_query.BM25_WEIGHTS, expression, limit)
+    joined = log.conn.execute(lexical_query._SEARCH, args).fetchall()
+    assert joined == lexical_query.search(log.conn, Scope("s1"), " ".join(words), limit)
+    assert joined == log.conn.execute(lexical_query._SEARCH_ALL_VISIBLE, args).fetchall()
