@@ -22,6 +22,9 @@ numpy runs with one BLAS thread (set below, before numpy is imported), as an age
 shares its cores with the embedding model should.
 
     PYTHONPATH=. MEMQ_EMBED_MODEL_DIR=models/all-MiniLM-L6-v2 python bench/context.py
+
+``--realistic``: one user's long history of real conversations instead, at user scope with
+the default profile, and its evidence recall (bench/context_realistic.py).
 """
 
 from __future__ import annotations
@@ -272,6 +275,11 @@ def shared_embedder(config: Config) -> Embedder:
 
 
 def main() -> None:
+    if "--realistic" in sys.argv[1:]:
+        from bench import context_realistic
+
+        context_realistic.main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--calls", type=int, default=200, help="timed get_context calls")

@@ -1,0 +1,35 @@
+"""bench/context.py --realistic on a small LoCoMo-shaped file: every figure it promises."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import context_realistic
+from tests.bench.test_retrieval_bench import small_file
+from tests.conftest import MODEL_DIR
+
+pytestmark = [pytest.mark.redis, pytest.mark.model]
+
+
+def test_the_realistic_bench_prints_latency_recall_baselines_and_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--data", str(small_file(tmp_path, conversations=2)), "--sizes", "20,200",
+            "--calls", "3", "--cache", str(tmp_path / "cache"), "--model-dir", str(MODEL_DIR),
+            "--embed-up-to", "150"]
+    context_realistic.main(args)
+    out = capsys.readouterr().out
+    assert "3 questions of 4 (categories 1-4)" in out
+    assert re.search(r"\n\d+ turns in one user \(asked for 20; built in", out)
+    assert re.search(r"recall -", out)  # 20 turns cut the originals: no recall to give
+    assert re.search(r"2\d\d turns in one user \(asked for 200; .*; \d+ turns carry an "
+                     r"earlier copy's vector\)", out)
+    assert re.search(r"evidence recall (0|1)\.\d{3}", out)
+    for line in ("get_context, user scope", "BM25 top-20", "cosine top-20"):
+        assert len(re.findall(rf"{line} +p50 +[\d.]+ ms +p95 +[\d.]+ ms", out)) == 2, line
+    assert re.search(r"vector cache \d+ MiB \(\d+ MiB per 100,000 vectors\)", out)
+    context_realistic.main(args)
+    assert "embedded" not in capsys.readouterr().out  # every vector came from the cache
