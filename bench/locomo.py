@@ -5,11 +5,13 @@ The shape (a JSON list, one object per conversation): ``conversation`` holds
 8 May, 2023") and ``session_n`` (turns ``{speaker, dia_id, text[, blip_caption]}``);
 ``qa`` holds ``{question, answer, evidence: [dia_id, ...], category}``.
 
-Two layouts. ``session``: each conversation becomes one memq session (its ``sample_id``,
+Three layouts. ``session``: each conversation becomes one memq session (its ``sample_id``,
 else ``conv-<index>``). ``user``: each LoCoMo session n becomes its own memq session
 ``<conversation>-s<n>``, all of them under one ``user_id``, the conversation's id; the
-questions are asked at user scope from the last session. Either way each turn is one
-message, in order, created at its session's date and time plus as many
+questions are asked at user scope from the last session. ``haystack``: as ``user``, but
+every conversation under the one user :data:`HAYSTACK_USER` (the caller renames their
+speakers alike, :func:`bench.replicas.alike`, so the others are look-alike distractors).
+Every way, each turn is one message, in order, created at its session's date and time plus as many
 microseconds as the turn's position in the session (so timestamps alone keep the turns'
 order, which ids created within one millisecond would not). A turn's content is
 ``"<speaker>: <text>"``, plus ``" [image: <caption>]"`` when it carries an image
@@ -54,8 +56,16 @@ class DataError(ValueError):
     """The file is not of the LoCoMo shape; the message says where."""
 
 
-LAYOUTS = ("session", "user")
-"""How conversations are stored: one memq session each, or one per LoCoMo session."""
+LAYOUTS = ("session", "user", "haystack")
+"""How conversations are stored: one memq session each, or one per LoCoMo session under
+a user per conversation, or under one user for all."""
+
+HAYSTACK_USER = "haystack"
+
+
+def scope_of(layout: str) -> str:
+    """The ``get_context`` scope questions are asked at in ``layout``."""
+    return "session" if layout == "session" else "user"
 
 
 @dataclass(frozen=True)
@@ -209,7 +219,7 @@ def load_into(client: MemoryClient, conversations: Iterable[Conversation],
     ids: dict[str, str] = {}
     with client.batched():
         for conversation in conversations:
-            user = conversation.session_id if layout == "user" else None
+            user = {"user": conversation.session_id, "haystack": HAYSTACK_USER}.get(layout)
             for turn in conversation.turns:
                 key = f"{conversation.session_id}/{turn.dia_id}"
                 ids[key] = client.append(conversation.memq_session(turn, layout), turn.role,

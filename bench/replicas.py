@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -61,12 +61,35 @@ def renamed(conversation: Conversation, k: int, new: tuple[str, str], shift: tim
             ) -> Conversation:
     """Copy ``k`` of ``conversation``: its speakers renamed to ``new``, every date ``shift``
     earlier, the session id suffixed with ``~k``; no questions."""
-    old = speakers(conversation)
+    rename = _renaming(speakers(conversation), new)
+    turns = [replace(t, content=rename(t.content), created_at=t.created_at - shift)
+             for t in conversation.turns]
+    return Conversation(f"{conversation.session_id}~{k}", turns, [])
+
+
+ALIKE = ("Avery", "Rowan")
+"""The two names every conversation's speakers take in the haystack setting (neither is
+said in the development conversations)."""
+
+
+def alike(conversations: Sequence[Conversation], names: tuple[str, str] = ALIKE
+          ) -> list[Conversation]:
+    """The conversations with their speakers renamed to the same two ``names``, in the
+    turns and in the questions (ids, dates and evidence unchanged): which conversation a
+    question is about can no longer be told by who is named."""
+    out = []
+    for conversation in conversations:
+        rename = _renaming(speakers(conversation), names)
+        turns = [replace(t, content=rename(t.content)) for t in conversation.turns]
+        questions = [replace(q, text=rename(q.text)) for q in conversation.questions]
+        out.append(Conversation(conversation.session_id, turns, questions))
+    return out
+
+
+def _renaming(old: tuple[str, str], new: tuple[str, str]) -> Callable[[str], str]:
     pattern = re.compile(rf"\b({re.escape(old[0])}|{re.escape(old[1])})\b")
     names = dict(zip(old, new, strict=True))
-    turns = [replace(t, content=pattern.sub(lambda m: names[m.group(1)], t.content),
-                     created_at=t.created_at - shift) for t in conversation.turns]
-    return Conversation(f"{conversation.session_id}~{k}", turns, [])
+    return lambda text: pattern.sub(lambda m: names[m.group(1)], text)
 
 
 def history(originals: Sequence[Conversation], turns: int) -> list[Conversation]:
@@ -111,4 +134,5 @@ def count(conversations: Sequence[Conversation]) -> int:
     return sum(len(c.turns) for c in conversations)
 
 
-__all__ = ["NAMES", "PAIRS", "Turn", "count", "history", "pair", "renamed", "speakers"]
+__all__ = ["ALIKE", "NAMES", "PAIRS", "Turn", "alike", "count", "history", "pair", "renamed",
+           "speakers"]

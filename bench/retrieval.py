@@ -49,7 +49,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import folds, locomo
+from bench import folds, locomo, replicas
 from bench.common import percentile, private_redis, scratch_dir
 from bench.folds import Answer, Scores
 from memq import MemoryClient, broker, names
@@ -233,12 +233,13 @@ def measure(clients: dict[str, MemoryClient], conversations: list[locomo.Convers
     for conversation in conversations:
         asking = conversation.memq_session(None, layout)
         for client in clients.values():  # warm up: model, vector cache, working memory
-            client.get_context(asking, "warm up", scope=layout)
+            client.get_context(asking, "warm up", scope=locomo.scope_of(layout))
         for question in conversation.questions:
             wanted = {ids[f"{conversation.session_id}/{e}"] for e in question.evidence}
             for name, client in clients.items():
                 began = time.perf_counter()
-                items = client.get_context(asking, question.text, scope=layout)
+                items = client.get_context(asking, question.text,
+                                           scope=locomo.scope_of(layout))
                 seconds = time.perf_counter() - began
                 found = len(wanted & {item.id for item in items})
                 scores[name].add(Answer(conversation.session_id, question.category,
@@ -369,7 +370,12 @@ def evaluate(data: Path, categories: list[int], run: Run, *, layout: str = "sess
     """Load ``data`` into a fresh memq, then measure every profile (and the baselines)."""
     conversations, evidence = locomo.read(data, categories)
     describe(conversations, evidence, categories)
-    print(f"layout: {layout} (questions asked at {layout} scope)")
+    if layout == "haystack":
+        conversations = replicas.alike(conversations)
+        print(f"layout: haystack (every conversation in one user, its speakers renamed to "
+              f"{' and '.join(replicas.ALIKE)}; questions asked at user scope)")
+    else:
+        print(f"layout: {layout} (questions asked at {layout} scope)")
     base = load_config()
     embedder = embed_job.embedder(base.embed)  # one model: the worker's and the queries'
     embedder.load()
@@ -398,7 +404,10 @@ def main(argv: list[str] | None = None) -> None:
                         default=["tri-hybrid", "recall"], help="profiles to measure")
     parser.add_argument("--scope", choices=locomo.LAYOUTS, default="session",
                         help="session: one memq session per conversation; user: one per "
-                             "LoCoMo session under one user, asked at user scope")
+                             "LoCoMo session under one user, asked at user scope; haystack: "
+                             "as user, every conversation in one user, speakers renamed alike")
+    parser.add_argument("--haystack", action="store_const", const="haystack", dest="scope",
+                        help="the same as --scope haystack")
     parser.add_argument("--folds", action="store_true",
                         help="leave-one-conversation-out tuning of the recall profile")
     parser.add_argument("--ablations", action="store_true",

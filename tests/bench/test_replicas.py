@@ -55,3 +55,17 @@ def test_pairs_are_distinct_names_and_cycle() -> None:
     assert len(set(pairs)) == replicas.PAIRS
     assert all(a != b for a, b in pairs)
     assert replicas.pair(replicas.PAIRS) == replicas.pair(0)
+
+
+def test_alike_renames_every_conversation_and_its_questions_to_the_same_two(
+    originals: list[locomo.Conversation]
+) -> None:
+    renamed = replicas.alike(originals)
+    for before, after in zip(originals, renamed, strict=True):
+        assert replicas.speakers(after) == replicas.ALIKE
+        assert after.session_id == before.session_id
+        assert [t.dia_id for t in after.turns] == [t.dia_id for t in before.turns]
+        assert [q.evidence for q in after.questions] == [q.evidence for q in before.questions]
+    questions = [q.text for c in renamed for q in c.questions]
+    assert "Where did Avery's sister move?" in questions  # Ben spoke first
+    assert not any("Ben" in q or "Ana" in q for q in questions)

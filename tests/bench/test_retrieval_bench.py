@@ -99,6 +99,21 @@ def test_user_scope_folds_and_the_cache(
     assert again["recall"].mean() == 1.0
 
 
+def test_the_haystack_puts_every_conversation_in_one_user_with_the_same_two_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = small_file(tmp_path, conversations=2)
+    scores = retrieval.evaluate(data, [1, 2, 3, 4], retrieval.Run(("recall",)),
+                                layout="haystack")
+    out = capsys.readouterr().out
+    assert "layout: haystack (every conversation in one user, its speakers renamed to " \
+           "Avery and Rowan" in out
+    # The two conversations are the same text: a question finds its evidence in either,
+    # and only its own counts.
+    assert 0.0 < scores["recall"].mean() <= 1.0
+    assert len(scores["recall"].latency) == 4
+
+
 def test_the_bench_refuses_a_bad_file_or_profile(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a list"}')
