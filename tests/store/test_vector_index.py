@@ -1,4 +1,5 @@
-"""The pruned vector index returns exactly what a brute-force scan returns."""
+"""The pruned vector index returns exactly what a brute-force scan of what it stores returns;
+what it stores is the given vectors within a cosine of 0.9999."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_search_equals_brute_force(n: int, edges: tuple[int, ...]) -> None:
     for q in queries:
         for threshold, limit in [(0.65, 5), (0.3, 50), (0.9, 3), (-1.0, 10)]:
             found = index.search(q, threshold, limit)
-            expected = brute(ids, matrix, q, threshold, limit)
+            expected = brute(ids, index.vectors(ids), q, threshold, limit)
             assert [i for i, _ in found] == expected
             assert all(type(s) is float and s > threshold for _, s in found)
 
@@ -66,7 +67,7 @@ def test_a_low_threshold_reads_the_last_block_only_for_rows_that_may_make_the_to
     matrix = clustered(FIT_MIN_ROWS * 2)
     index, ids = build(matrix)
     found = index.search(matrix[7], -1.0, 5)
-    assert [i for i, _ in found] == brute(ids, matrix, matrix[7], -1.0, 5)
+    assert [i for i, _ in found] == brute(ids, index.vectors(ids), matrix[7], -1.0, 5)
     assert index.last_candidates < len(matrix) // 10
 
 
@@ -76,8 +77,10 @@ def test_scores_are_dot_products_in_any_basis() -> None:
     assert index.rotated
     got = index.scores(["m3", "m10", "absent"], matrix[3])
     assert set(got) == {"m3", "m10"}
-    assert got["m3"] == pytest.approx(1.0, abs=1e-5)
-    assert got["m10"] == pytest.approx(float(matrix[10] @ matrix[3]), abs=1e-5)
+    stored = index.vectors(["m3", "m10"]).astype(np.float64)
+    assert got["m3"] == pytest.approx(float(stored[0] @ matrix[3]), abs=1e-5)
+    assert got["m10"] == pytest.approx(float(stored[1] @ matrix[3]), abs=1e-5)
+    assert got["m3"] == pytest.approx(1.0, abs=1e-3)
 
 
 @pytest.mark.parametrize("n", [50, FIT_MIN_ROWS + 10])
@@ -86,10 +89,20 @@ def test_the_stored_vectors_come_back_as_given_in_any_basis(n: int) -> None:
     index, _ids = build(matrix)
     assert index.rotated == (n >= FIT_MIN_ROWS)
     got = index.vectors(["m7", "absent", "m2", "m7"])
-    np.testing.assert_allclose(got, matrix[[7, 2, 7]], atol=1e-5)
+    np.testing.assert_allclose(got, matrix[[7, 2, 7]], atol=5e-3)
     index.remove(["m2"])
-    np.testing.assert_allclose(index.vectors(["m2", f"m{n - 1}"]), matrix[[n - 1]], atol=1e-5)
+    np.testing.assert_allclose(index.vectors(["m2", f"m{n - 1}"]), matrix[[n - 1]], atol=5e-3)
     assert index.vectors([]).shape == (0, DIM)
+
+
+@pytest.mark.parametrize("n", [50, FIT_MIN_ROWS + 10])
+def test_what_is_stored_is_within_a_cosine_of_0_9999_in_a_third_of_the_memory(n: int) -> None:
+    matrix = clustered(n, seed=3)
+    index, ids = build(matrix)
+    stored = index.vectors(ids).astype(np.float64)
+    cosines = (stored * matrix).sum(axis=1) / np.linalg.norm(stored, axis=1)
+    assert cosines.min() > 0.9999
+    assert index.nbytes / len(index._blocks[0]) < DIM * 4 / 3  # float32 would be 1,536 a row
 
 
 def test_threshold_is_strict() -> None:
@@ -105,14 +118,14 @@ def test_upsert_replaces_and_remove_keeps_the_rest_searchable() -> None:
     matrix = clustered(FIT_MIN_ROWS + 10)
     index, ids = build(matrix)
     index.upsert(["m0"], matrix[1:2])  # m0 now points where m1 does
-    assert index.scores(["m0"], matrix[1])["m0"] == pytest.approx(1.0, abs=1e-5)
+    assert index.scores(["m0"], matrix[1])["m0"] == pytest.approx(1.0, abs=1e-3)
     assert index.remove(["m1", "m2", "nope"]) == 2
     assert len(index) == len(ids) - 2
     assert "m1" not in index
     last = ids[-1]  # moved into a freed row
     assert index.search(matrix[-1], 0.99, 1)[0][0] == last
     rest = [i for i in ids if i not in ("m1", "m2")]
-    kept = np.vstack([matrix[1:2], matrix[3:]])
+    kept = index.vectors(rest)
     q = matrix[5]
     assert [i for i, _ in index.search(q, 0.5, 10)] == brute(rest, kept, q, 0.5, 10)
 
@@ -122,7 +135,7 @@ def test_an_id_given_twice_in_one_upsert_keeps_the_last_vector() -> None:
     index = VectorIndex(DIM)
     index.upsert(["a", "b", "a"], matrix)
     assert len(index) == 2
-    assert index.scores(["a"], matrix[2])["a"] == pytest.approx(1.0, abs=1e-5)
+    assert index.scores(["a"], matrix[2])["a"] == pytest.approx(1.0, abs=1e-3)
 
 
 def test_empty_index_and_zero_limit_find_nothing() -> None:
