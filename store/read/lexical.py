@@ -92,9 +92,10 @@ def search(
     if expression is None or limit <= 0:
         return []
     try:
-        erasing = conn.execute(_ERASING).fetchall()[0][0]
-        sql = _SEARCH if erasing else _SEARCH_ALL_VISIBLE
-        rows = conn.execute(sql, (*BM25_WEIGHTS, expression, limit)).fetchall()
+        with conn:  # a savepoint: the look at `erasing` and the search read one snapshot
+            erasing = conn.execute(_ERASING).fetchall()[0][0]
+            sql = _SEARCH if erasing else _SEARCH_ALL_VISIBLE
+            rows = conn.execute(sql, (*BM25_WEIGHTS, expression, limit)).fetchall()
     except apsw.SQLError as exc:
         if "no such table" in str(exc):
             return []  # a database the writer has not migrated yet: no index

@@ -308,3 +308,46 @@ def test_the_best_matches_chosen_in_the_index_are_those_of_the_joined_search(
     joined = log.conn.execute(lexical_query._SEARCH, args).fetchall()
     assert joined == lexical_query.search(log.conn, Scope("s1"), " ".join(words), limit)
     assert joined == log.conn.execute(lexical_query._SEARCH_ALL_VISIBLE, args).fetchall()
+
+
+class _ForgetAfterTheCheck:
+    """A reader connection that, right after the search's look at ``erasing``, has the
+    writer commit a new matching turn and hide every older turn of ``s1`` (the first step
+    of a big forget)."""
+
+    def __init__(self, log: EventLog, reader: apsw.Connection) -> None:
+        self.log, self.reader = log, reader
+        self.new_id = ""
+
+    def __enter__(self) -> apsw.Connection:
+        return self.reader.__enter__()
+
+    def __exit__(self, *exc: object) -> bool | None:
+        return self.reader.__exit__(*exc)  # type: ignore[arg-type]
+
+    def execute(self, sql: str, *args: object) -> apsw.Cursor:
+        cursor = self.reader.execute(sql, *args)
+        if sql == lexical_query._ERASING:
+            rows = cursor.fetchall()
+            [self.new_id] = record(self.log, "cat cat cat", session="s1")
+            seq = self.log.conn.execute("SELECT seq FROM messages WHERE id = ?",
+                                        (self.new_id,)).fetchall()[0][0]
+            self.log.conn.execute("INSERT INTO erasing (session_id, by_seq) VALUES ('s1', ?)",
+                                  (seq,))
+            return self.reader.execute("SELECT ?", (rows[0][0],))  # what the look saw
+        return cursor
+
+
+def test_a_forget_committed_during_a_search_is_seen_whole_or_not_at_all(
+    log: EventLog
+) -> None:
+    """The look at ``erasing`` and the search read one snapshot: a forget committed in
+    between must not let the search skip the visibility check on a snapshot where turns
+    are hidden (it returned the hidden turn beside the new one)."""
+    [old] = record(log, *FILLER, "the cat Miso")[-1:]
+    db = log.conn.execute("PRAGMA database_list").fetchall()[0][2]
+    reader = open_connection(db, readonly=True)
+    racing = _ForgetAfterTheCheck(log, reader)
+    found = [mid for mid, _ in lexical_query.search(racing, Scope("s1"), "cat", 5)]  # type: ignore[arg-type]
+    assert found in ([old], [racing.new_id])
+    assert search(log, "cat") == [racing.new_id]  # afterwards: the old turn is hidden
