@@ -38,7 +38,8 @@ from memq.store.read.scope import Scope
 from memq.store.read.vector_index import VectorIndex
 
 DEFAULT_MAX_VECTORS = 200_000
-"""About 300 MB of float32 at 384 dimensions."""
+"""About 95 MiB at 384 dimensions (496 bytes a vector, see :mod:`store.read.vector_index`),
+twice that for the scopes the recall profile searches (their contextual keys)."""
 
 LOAD_CHUNK = 8192
 """Rows decoded at a time when a session is loaded or refreshed."""
