@@ -156,9 +156,12 @@ class VectorIndex:
             scale = np.where(top > 0, top / 127, 1.0).astype(np.float32)
             block[at] = np.rint(part / scale[:, None])
             scales[at] = scale
-        stored = self._rows(np.arange(at.start, at.stop))
-        for rest, lo in zip(self._rest_norms, self.cuts[1:-1], strict=True):
-            rest[at] = np.linalg.norm(stored[:, lo:], axis=1)
+        # Of what is stored, block by block from the last: no (rows, dim) copy is made.
+        tail = np.zeros(at.stop - at.start, dtype=np.float32)
+        for k in range(len(self._blocks) - 1, 0, -1):
+            block = self._block(k, at)
+            tail += np.einsum("ij,ij->i", block, block)
+            self._rest_norms[k - 1][at] = np.sqrt(tail)
 
     def _grow(self, needed: int) -> None:
         # x1.5 keeps the slack (and the copy on growth) moderate for very large sessions.
