@@ -50,16 +50,6 @@ USER = "haystack-user"
 BATCH = 2000
 
 
-@dataclass
-class Built:
-    path: Path
-    ids: dict[str, str]
-    """``"<conversation>/<dia_id>"`` of the originals -> message id."""
-    seconds: float
-    reused: int
-    """Turns whose vector is an earlier copy's (beyond ``--embed-up-to``)."""
-
-
 def turn_vectors(history: list[locomo.Conversation], store: TextVectors, embed_up_to: int
                  ) -> tuple[np.ndarray, int]:
     """A vector per turn of ``history`` (oldest first): its own for the newest
@@ -158,8 +148,15 @@ def reader(config: Config, asked: list[Asked]) -> Iterator[MemoryClient]:
         yield client
 
 
+@dataclass
+class Found:
+    latency: list[float]
+    recall: float | None
+    """None where the history is cut inside the originals (their evidence is missing)."""
+
+
 def measure(client: MemoryClient, asked: list[Asked], ids: dict[str, str], whole: bool
-            ) -> dict[str, object]:
+            ) -> Found:
     latency, recall = [], []
     for a in asked:
         session = a.conversation.memq_session(None, "user")
@@ -169,7 +166,7 @@ def measure(client: MemoryClient, asked: list[Asked], ids: dict[str, str], whole
         got = {item.id for item in items}
         wanted = [ids.get(f"{a.conversation.session_id}/{e}") for e in a.question.evidence]
         recall.append(sum(1 for w in wanted if w in got) / len(wanted))
-    return {"latency": latency, "recall": float(np.mean(recall)) if whole else None}
+    return Found(latency, float(np.mean(recall)) if whole else None)
 
 
 def baselines(client: MemoryClient, asked: list[Asked]) -> dict[str, list[float]]:
@@ -215,10 +212,10 @@ def run_size(n: int, originals: list[locomo.Conversation], store: TextVectors,
 
 
 def report(n: int, turns: int, build_s: float, reused: int, cold: float,
-           found: dict[str, object], base: dict[str, list[float]], cache_bytes: int,
+           found: Found, base: dict[str, list[float]], cache_bytes: int,
            grown_mib: float) -> None:
-    p50, p95 = ms(found["latency"])  # type: ignore[arg-type]
-    recall = found["recall"]
+    p50, p95 = ms(found.latency)
+    recall = found.recall
     print(f"\n{turns:,} turns in one user (asked for {n:,}; built in {build_s:.0f} s"
           + (f"; {reused:,} turns carry an earlier copy's vector" if reused else "") + ")")
     print(f"  get_context, user scope   p50 {p50:7.2f} ms  p95 {p95:7.2f} ms   evidence "
