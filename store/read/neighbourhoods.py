@@ -22,9 +22,8 @@ every turn, its storage and its erasure.
 Cost: a second index beside the vectors of each scope the recall profile searches (twice
 the memory of that scope; ``[retrieval] vector_cache_max_vectors`` counts the vectors
 only). The turns' own vectors are read from the scope's index when a key is computed
-again, not held a second time (given ``turns``; alone, the keys keep an index of their
-own). On a scope's first load, keys for 100,000 turns in ~1.9 s against ~0.9 s for
-the vectors alone (measured on this 2-core machine under load).
+again, never held a second time. On a scope's first load, keys for 100,000 turns in
+~1.9 s against ~0.9 s for the vectors alone (measured on this 2-core machine under load).
 """
 
 from __future__ import annotations
@@ -40,16 +39,14 @@ from memq.store.read.vector_index import VectorIndex
 class Neighbourhoods:
     """Contextual key vectors of a set of turns, kept up to date as turns come and go."""
 
-    def __init__(self, dim: int, weight: float, turns: VectorIndex | None = None) -> None:
-        """``turns``: the index that holds the turns' own vectors, kept up to date by its
-        owner before each :meth:`upsert` and after each :meth:`remove`; by default the
-        keys keep one of their own."""
+    def __init__(self, turns: VectorIndex, weight: float) -> None:
+        """``turns``: the index of the turns' own vectors, which its owner brings up to
+        date before each :meth:`upsert` and :meth:`remove` (the keys read it)."""
         if not 0.0 < weight <= 1.0:
             raise ValueError(f"weight must be in (0, 1], got {weight}")
         self.weight = weight
-        self.index = VectorIndex(dim)
-        self._owns_turns = turns is None
-        self._turns = VectorIndex(dim) if turns is None else turns
+        self.turns = turns
+        self.index = VectorIndex(turns.dim)
         self._place: dict[str, tuple[str, int]] = {}
         self._order: dict[str, list[tuple[int, str]]] = {}
 
@@ -58,14 +55,12 @@ class Neighbourhoods:
 
     @property
     def nbytes(self) -> int:
-        """The keys' arrays (and the turns', when the keys keep their own)."""
-        return self.index.nbytes + (self._turns.nbytes if self._owns_turns else 0)
+        """The keys' arrays (the turns' vectors are their index's)."""
+        return self.index.nbytes
 
-    def upsert(self, rows: Sequence[tuple[str, str, int]], vectors: np.ndarray) -> None:
-        """Add or replace turns: ``rows`` are (id, session id, seq), ``vectors`` their unit
-        vectors; the keys of their neighbours change with them."""
-        if self._owns_turns:
-            self._turns.upsert([row[0] for row in rows], vectors, fit=False)
+    def upsert(self, rows: Sequence[tuple[str, str, int]]) -> None:
+        """Add or replace turns, ``rows`` (id, session id, seq), whose vectors are in
+        :attr:`turns`; the keys of their neighbours change with them."""
         affected: set[str] = set()
         for message_id, session_id, seq in rows:
             if message_id in self._place:
@@ -81,13 +76,11 @@ class Neighbourhoods:
         for message_id in gone:
             affected |= self._take_out(message_id)
         self.index.remove(gone)
-        if self._owns_turns:
-            self._turns.remove(gone)
         self._recompute(affected - set(gone))
 
     def key(self, message_id: str) -> np.ndarray:
         """The contextual key of a turn (for tests and explanations)."""
-        own, *beside = self._turns.vectors(self._around(message_id))
+        own, *beside = self.turns.vectors(self._around(message_id))
         neighbourhood = own + sum(beside, np.zeros_like(own))
         norm = float(np.linalg.norm(neighbourhood))
         mixed = own * (1 - self.weight)
@@ -119,7 +112,7 @@ class Neighbourhoods:
         turn's key: one matrix operation, not one per turn)."""
         # A turn the turns' index lacks has no vector to mix: it neither gets a key
         # computed nor lends its vector to a neighbour's.
-        present = sorted(i for i in ids if i in self._place and i in self._turns)
+        present = sorted(i for i in ids if i in self._place and i in self.turns)
         if not present:
             return
         sides: list[list[str | None]] = [[], []]
@@ -129,14 +122,14 @@ class Neighbourhoods:
             at = bisect.bisect_left(order, (seq, message_id))
             before = order[at - 1][1] if at > 0 else None
             after = order[at + 1][1] if at + 1 < len(order) else None
-            sides[0].append(before if before in self._turns else None)
-            sides[1].append(after if after in self._turns else None)
-        own = self._turns.vectors(present)
+            sides[0].append(before if before in self.turns else None)
+            sides[1].append(after if after in self.turns else None)
+        own = self.turns.vectors(present)
         total = own.copy()
         for side in sides:
             known = [n for n, other in enumerate(side) if other is not None]
             if known:
-                total[known] += self._turns.vectors([side[n] for n in known])  # type: ignore[misc]
+                total[known] += self.turns.vectors([side[n] for n in known])  # type: ignore[misc]
         norms = np.linalg.norm(total, axis=1, keepdims=True)
         around = np.divide(total, norms, out=np.zeros_like(total), where=norms > 1e-12)
         keys = own * (1 - self.weight) + around * self.weight

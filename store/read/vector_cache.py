@@ -173,7 +173,7 @@ class VectorCache:
             entry = self._entries.get(scope.key)
             if entry is None:
                 turns = VectorIndex(self.dim)
-                keys = (Neighbourhoods(self.dim, self.context_weight, turns)
+                keys = (Neighbourhoods(turns, self.context_weight)
                         if self.context_weight > 0 else None)
                 entry = self._entries[scope.key] = _Entry(turns, keys)
             self._entries.move_to_end(scope.key)
@@ -227,11 +227,11 @@ class VectorCache:
         matrix = np.frombuffer(b"".join(blobs), dtype=vectors.FLOAT32_LE).reshape(-1, self.dim)
         if legacy:
             matrix = np.vstack([matrix, np.asarray(legacy, dtype=np.float32)])
-        ids, unit = _upsert_unit(entry.index, blob_ids + legacy_ids, matrix)
+        ids = _upsert_unit(entry.index, blob_ids + legacy_ids, matrix)
         if entry.keys is not None:
             places = {row[0]: (row[0], str(row[4]), int(row[5])) for row in rows}
             entry.keys.remove(stale)
-            entry.keys.upsert([places[i] for i in ids], unit)
+            entry.keys.upsert([places[i] for i in ids])
 
     def _evict(self, keep: tuple[str, ...]) -> None:
         with self._lock:
@@ -257,21 +257,18 @@ def _searched(entry: _Entry, keys: bool) -> VectorIndex:
     return entry.index
 
 
-def _upsert_unit(
-    index: VectorIndex, ids: list[str], matrix: np.ndarray
-) -> tuple[list[str], np.ndarray]:
+def _upsert_unit(index: VectorIndex, ids: list[str], matrix: np.ndarray) -> list[str]:
     """Normalise (legacy vectors may not be unit length) and store; zero vectors are
-    skipped. Returns what was stored."""
+    skipped. Returns the ids stored."""
     if not ids:
-        return [], matrix[:0]
+        return []
     norms = np.linalg.norm(matrix, axis=1)
     good = np.isfinite(norms) & (norms > 1e-12)  # a zero vector has no direction
     if not good.all():
         ids = [i for i, ok in zip(ids, good, strict=True) if ok]
         matrix, norms = matrix[good], norms[good]
-    unit = matrix / norms[:, None]
-    index.upsert(ids, unit, fit=False)
-    return ids, unit
+    index.upsert(ids, matrix / norms[:, None], fit=False)
+    return ids
 
 
 def _high_water(conn: apsw.Connection) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,14 +21,31 @@ def unit(i: int) -> np.ndarray:
     return v
 
 
+class Keyed(Neighbourhoods):
+    """Keys beside an index of their turns' own vectors, the two kept as the vector cache
+    keeps them: the turns' index first."""
+
+    def __init__(self, weight: float) -> None:
+        super().__init__(VectorIndex(DIM), weight)
+
+    def add(self, rows: list[tuple[str, str, int]], vectors: np.ndarray) -> None:
+        self.turns.upsert([row[0] for row in rows], vectors, fit=False)
+        self.upsert(rows)
+
+    def drop(self, ids: Iterable[str]) -> None:
+        ids = list(ids)
+        self.turns.remove(ids)
+        self.remove(ids)
+
+
 def expected(weight: float, own: np.ndarray, *around: np.ndarray) -> np.ndarray:
     total = own + sum(around, np.zeros(DIM, dtype=np.float32))
     return (1 - weight) * own + weight * total / np.linalg.norm(total)
 
 
 def test_a_key_mixes_the_turn_with_its_neighbours_in_the_same_session() -> None:
-    keys = Neighbourhoods(DIM, 0.5)
-    keys.upsert([("a", "s1", 1), ("b", "s1", 2), ("c", "s1", 3), ("x", "s2", 4)],
+    keys = Keyed(0.5)
+    keys.add([("a", "s1", 1), ("b", "s1", 2), ("c", "s1", 3), ("x", "s2", 4)],
                 np.vstack([unit(0), unit(1), unit(2), unit(3)]))
     assert np.allclose(keys.key("b"), expected(0.5, unit(1), unit(0), unit(2)))
     assert np.allclose(keys.key("a"), expected(0.5, unit(0), unit(1)))
@@ -37,18 +56,18 @@ def test_a_key_mixes_the_turn_with_its_neighbours_in_the_same_session() -> None:
 
 
 def test_a_late_turn_updates_the_key_of_the_turn_before() -> None:
-    keys = Neighbourhoods(DIM, 0.5)
-    keys.upsert([("a", "s", 1)], unit(0)[None])
+    keys = Keyed(0.5)
+    keys.add([("a", "s", 1)], unit(0)[None])
     assert keys.index.scores(["a"], unit(1))["a"] == 0.0
-    keys.upsert([("b", "s", 2)], unit(1)[None])
+    keys.add([("b", "s", 2)], unit(1)[None])
     assert keys.index.scores(["a"], unit(1))["a"] > 0.3
 
 
 def test_a_removed_turn_leaves_no_key_and_no_trace_in_its_neighbours_keys() -> None:
-    keys = Neighbourhoods(DIM, 0.5)
-    keys.upsert([("a", "s", 1), ("secret", "s", 2), ("c", "s", 3)],
+    keys = Keyed(0.5)
+    keys.add([("a", "s", 1), ("secret", "s", 2), ("c", "s", 3)],
                 np.vstack([unit(0), unit(5), unit(2)]))
-    keys.remove(["secret", "unknown"])
+    keys.drop(["secret", "unknown"])
     assert "secret" not in keys.index
     assert len(keys) == 2
     left = keys.index.scores(["a", "c"], unit(5))
@@ -56,27 +75,21 @@ def test_a_removed_turn_leaves_no_key_and_no_trace_in_its_neighbours_keys() -> N
     assert np.allclose(keys.key("a"), expected(0.5, unit(0), unit(2)))
 
 
-def test_keys_read_a_shared_index_of_the_turns_instead_of_a_copy() -> None:
-    """Beside a scope's own index the keys hold no second copy of the turns' vectors, and
-    give the same keys as keys that keep their own."""
-    rows = [("a", "s", 1), ("b", "s", 2), ("c", "s", 3)]
-    matrix = np.vstack([unit(0), unit(1), unit(2)])
-    turns = VectorIndex(DIM)
-    turns.upsert([r[0] for r in rows], matrix)
-    shared, alone = Neighbourhoods(DIM, 0.5, turns), Neighbourhoods(DIM, 0.5)
-    for keys in (shared, alone):
-        keys.upsert(rows, matrix)
-    assert shared.nbytes == shared.index.nbytes < alone.nbytes
-    turns.remove(["b"])
-    for keys in (shared, alone):
-        keys.remove(["b"])
-        assert np.allclose(keys.key("a"), expected(0.5, unit(0), unit(2)))
+def test_keys_read_the_turns_index_instead_of_holding_a_copy() -> None:
+    """The keys hold one index of their own, no second copy of the turns' vectors, and
+    read the turns' index when a neighbour goes."""
+    keys = Keyed(0.5)
+    keys.add([("a", "s", 1), ("b", "s", 2), ("c", "s", 3)],
+             np.vstack([unit(0), unit(1), unit(2)]))
+    assert keys.nbytes == keys.index.nbytes == keys.turns.nbytes
+    keys.drop(["b"])
+    assert np.allclose(keys.key("a"), expected(0.5, unit(0), unit(2)))
 
 
 @pytest.mark.parametrize("weight", [0.0, 1.5, -0.1])
 def test_a_weight_outside_the_range_is_refused(weight: float) -> None:
     with pytest.raises(ValueError, match="weight must be in"):
-        Neighbourhoods(DIM, weight)
+        Neighbourhoods(VectorIndex(DIM), weight)
 
 
 @settings(max_examples=40, deadline=None)
@@ -86,15 +99,15 @@ def test_a_weight_outside_the_range_is_refused(weight: float) -> None:
 def test_any_order_of_arrivals_and_removals_gives_the_keys_of_what_is_left(
     rows: list[tuple[str, int, int]], data: st.DataObject
 ) -> None:
-    keys = Neighbourhoods(DIM, 0.4)
+    keys = Keyed(0.4)
     for session, seq, axis in rows:  # one at a time, in any order
-        keys.upsert([(f"m{seq}", session, seq)], unit(axis)[None])
+        keys.add([(f"m{seq}", session, seq)], unit(axis)[None])
     gone = data.draw(st.sets(st.sampled_from([f"m{seq}" for _, seq, _ in rows])))
-    keys.remove(gone)
-    fresh = Neighbourhoods(DIM, 0.4)
+    keys.drop(gone)
+    fresh = Keyed(0.4)
     left = sorted((r for r in rows if f"m{r[1]}" not in gone), key=lambda r: r[1])
     if left:
-        fresh.upsert([(f"m{seq}", session, seq) for session, seq, _ in left],
+        fresh.add([(f"m{seq}", session, seq) for session, seq, _ in left],
                      np.vstack([unit(axis) for _, _, axis in left]))
     ids = [f"m{seq}" for _, seq, _ in left]
     for axis in range(DIM):
