@@ -60,6 +60,22 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
+def percentiles_ms(seconds: Sequence[float]) -> tuple[float, float]:
+    """p50 and p95 of ``seconds``, in milliseconds, interpolated as numpy does."""
+    import numpy as np  # here: a bench sets its BLAS threads before numpy loads
+
+    ms = np.asarray(seconds) * 1000
+    return float(np.percentile(ms, 50)), float(np.percentile(ms, 95))
+
+
+def memory_kib(field: str) -> int:
+    """A ``/proc/self/status`` figure in KiB (``VmRSS``, ``VmHWM``); 0 where there is none."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
 SAMPLE_TEXTS = (
     "Can you check whether the deploy to staging finished and tell me which tests failed?",
     "The build failed on test_payments because the fixture expects EUR but the config says USD.",

@@ -50,7 +50,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import private_redis
+from bench.common import memory_kib, percentiles_ms, private_redis
 from memq import MemoryClient
 from memq.clock import to_rfc3339, uuid7
 from memq.config import Config, EmbedConfig, RetrievalConfig
@@ -124,11 +124,6 @@ def build_database(path: Path, n: int, base: np.ndarray, texts: list[str],
     return time.perf_counter() - began
 
 
-def percentiles(samples: list[float]) -> tuple[float, float]:
-    ms = np.asarray(samples) * 1000
-    return float(np.percentile(ms, 50)), float(np.percentile(ms, 95))
-
-
 def timed(calls: int, fn: object) -> list[float]:
     out = []
     for i in range(calls):
@@ -164,13 +159,6 @@ def brute_search(matrix: np.ndarray, ids: list[str], qvec: np.ndarray, threshold
     top = np.argpartition(-scores, min(limit, len(scores) - 1))[:limit]
     top = top[np.argsort(-scores[top])]
     return [ids[i] for i in top if scores[i] > threshold]
-
-
-def memory_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 def run_size(n: int, base: np.ndarray, texts: list[str], qvecs: list[np.ndarray],
@@ -228,7 +216,7 @@ def feedback_cost(config: Config, qvecs: list[np.ndarray], calls: int
 
 
 def report_feedback(times: dict[str, list[float]]) -> None:
-    (w50, w95), (o50, o95) = percentiles(times["with"]), percentiles(times["without"])
+    (w50, w95), (o50, o95) = percentiles_ms(times["with"]), percentiles_ms(times["without"])
     print(f"  recall profile   p50 {w50:7.2f} ms  p95 {w95:7.2f} ms   without its feedback "
           f"round: p50 {o50:.2f} ms, p95 {o95:.2f} ms (x{w50 / o50:.2f} / x{w95 / o95:.2f})")
 
@@ -245,9 +233,9 @@ def plain_matrix(index: object, dim: int) -> tuple[np.ndarray, list[str]]:
 def report(n: int, build_s: float, cold_ms: float, ctx: list[float], brute: list[float],
            naive: list[float], candidates: list[int], same: bool, cache_mib: float,
            rss_mib: float) -> None:
-    c50, c95 = percentiles(ctx)
-    b50, b95 = percentiles(brute)
-    n50, n95 = percentiles(naive)
+    c50, c95 = percentiles_ms(ctx)
+    b50, b95 = percentiles_ms(brute)
+    n50, n95 = percentiles_ms(naive)
     print(f"\n{n:,} embedded messages (built in {build_s:.1f} s through the writer's batches)")
     print(f"  get_context      p50 {c50:7.2f} ms  p95 {c95:7.2f} ms   (first call, loading "
           f"the cache: {cold_ms:.0f} ms)")
@@ -299,7 +287,7 @@ def main() -> None:
           f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, "
           f"model threads={config.embed.threads}")
     query_times = timed(len(QUERIES) * 3, lambda i: embedder.embed([QUERIES[i % len(QUERIES)]]))
-    q50, q95 = percentiles(query_times)
+    q50, q95 = percentiles_ms(query_times)
     print(f"query embedding (uncached, one query): p50 {q50:.2f} ms  p95 {q95:.2f} ms")
     qvecs = list(embedder.embed(QUERIES))
     # The client checks the database against its Redis keyspace: a private Redis, so that

@@ -34,7 +34,7 @@ import numpy as np
 import redis
 
 from bench import locomo, replicas
-from bench.common import private_redis, scratch_dir
+from bench.common import memory_kib, percentiles_ms, private_redis, scratch_dir
 from bench.text_vectors import TextVectors
 from memq import MemoryClient
 from memq.clock import to_rfc3339, uuid7
@@ -133,13 +133,6 @@ def questions(originals: Sequence[locomo.Conversation], store: TextVectors, call
     return [Asked(c, q, v) for (c, q), v in zip(asked, vecs, strict=True)]
 
 
-def memory_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
-
-
 @contextmanager
 def reader(config: Config, asked: list[Asked]) -> Iterator[MemoryClient]:
     with MemoryClient(config=config) as client:
@@ -186,11 +179,6 @@ def baselines(client: MemoryClient, asked: list[Asked]) -> dict[str, list[float]
     return times
 
 
-def ms(samples: list[float]) -> tuple[float, float]:
-    values = np.asarray(samples) * 1000
-    return float(np.percentile(values, 50)), float(np.percentile(values, 95))
-
-
 def run_size(n: int, originals: list[locomo.Conversation], store: TextVectors,
              asked: list[Asked], config: Config, embed_up_to: int, workdir: Path) -> None:
     history = replicas.history(originals, n)
@@ -214,14 +202,14 @@ def run_size(n: int, originals: list[locomo.Conversation], store: TextVectors,
 def report(n: int, turns: int, build_s: float, reused: int, cold: float,
            found: Found, base: dict[str, list[float]], cache_bytes: int,
            grown_mib: float) -> None:
-    p50, p95 = ms(found.latency)
+    p50, p95 = percentiles_ms(found.latency)
     recall = found.recall
     print(f"\n{turns:,} turns in one user (asked for {n:,}; built in {build_s:.0f} s"
           + (f"; {reused:,} turns carry an earlier copy's vector" if reused else "") + ")")
     print(f"  get_context, user scope   p50 {p50:7.2f} ms  p95 {p95:7.2f} ms   evidence "
           f"recall {'-' if recall is None else f'{recall:.3f}'}   (first call {cold:.2f} s)")
     for name, samples in base.items():
-        b50, b95 = ms(samples)
+        b50, b95 = percentiles_ms(samples)
         print(f"  {name:<25} p50 {b50:7.2f} ms  p95 {b95:7.2f} ms   get_context / it: "
               f"p50 x{p50 / b50:.1f}, p95 x{p95 / b95:.1f}")
     per_100k = cache_bytes / 2**20 * 100_000 / max(turns, 1)
