@@ -152,8 +152,10 @@ class VectorIndex:
         for block, scales, (lo, hi) in zip(self._blocks[exact:], self._scales,
                                            self.spans[exact:], strict=True):
             part = vectors[:, lo:hi]
-            top = np.abs(part).max(axis=1, initial=0.0)
-            scale = np.where(top > 0, top / 127, 1.0).astype(np.float32)
+            scale = (np.abs(part).max(axis=1, initial=0.0) / 127).astype(np.float32)
+            # A block of zeros, or of coordinates so small that their scale is no float32:
+            # any scale stores it as zeros, and none may be divided by.
+            scale[~(scale > 0)] = 1.0
             block[at] = np.rint(part / scale[:, None])
             scales[at] = scale
         # Of what is stored, block by block from the last: no (rows, dim) copy is made.

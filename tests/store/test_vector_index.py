@@ -3,6 +3,8 @@ what it stores is the given vectors within a cosine of 0.9999."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -103,6 +105,23 @@ def test_what_is_stored_is_within_a_cosine_of_0_9999_in_a_third_of_the_memory(n:
     cosines = (stored * matrix).sum(axis=1) / np.linalg.norm(stored, axis=1)
     assert cosines.min() > 0.9999
     assert index.nbytes / len(index._blocks[0]) < DIM * 4 / 3  # float32 would be 1,536 a row
+
+
+def test_a_block_of_vanishing_coordinates_is_stored_as_zeros_without_a_division_by_zero(
+) -> None:
+    """A vector with coordinates past the first block too small for their int8 scale to
+    be a float32 (a crafted embedding) is stored, and searched, as if they were zeros."""
+    matrix = clustered(20)
+    tiny = np.zeros(DIM, dtype=np.float32)
+    tiny[0], tiny[40:] = 1.0, np.float32(1e-44)
+    index = VectorIndex(DIM)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        index.upsert([*(f"m{i}" for i in range(20)), "tiny"], np.vstack([matrix, tiny]))
+        found = index.search(matrix[3], 0.3, 5)
+    assert found[0][0] == "m3"
+    np.testing.assert_array_equal(index.vectors(["tiny"])[0, 32:], 0.0)
+    assert index.scores(["tiny"], tiny)["tiny"] == pytest.approx(1.0)
 
 
 def test_threshold_is_strict() -> None:
