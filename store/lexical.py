@@ -70,6 +70,28 @@ def unindex(cur: apsw.Cursor, seqs: Sequence[int]) -> None:
         cur.execute(_SECURE_DELETE, (1,))
 
 
+TIDY_PAGES = 200
+"""Leaf pages one step of :func:`tidy` writes at most: 4-8 ms here, commit included."""
+
+
+def tidy(cur: apsw.Cursor) -> bool:
+    """One bounded step of merging the index's segments, in the caller's transaction;
+    whether it did any work (none: the index is as merged as it gets until more is added).
+
+    Each batch that indexes messages adds a segment, and FTS5 merges them only four at a
+    level: a forget's in-place delete seeks every word of a message in every segment, so
+    it cost ~3x more with the ten segments 20,000 turns left than with one or two
+    (bench/forget_stall.py). Migration 0034 lets a level of two be merged; the writer
+    calls this while no batch waits, before any step of a forget.
+    """
+    conn = cur.getconnection()
+    before = conn.total_changes()
+    cur.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('merge', ?)",
+                (TIDY_PAGES,))
+    # FTS5's documented signal: fewer than two changes, and the command found nothing.
+    return conn.total_changes() - before >= 2
+
+
 _VOCABULARY = "messages_fts_vocabulary"
 CONTENT_QUERIES = (
     f"SELECT term, col, doc, cnt FROM temp.{_VOCABULARY} ORDER BY term, col",

@@ -65,4 +65,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0031_webhook_tenants", p.webhook_tenants),
     Migration("0032_erasing", m.erasing),
     Migration("0033_importance_by_user", m.importance_by_user),
+    Migration("0034_lexical_merging", m.lexical_merging),
 ]

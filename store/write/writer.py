@@ -42,7 +42,7 @@ from memq.config import Config
 from memq.errors import StoreError, WriterFailed
 from memq.events import Event
 from memq.logs import log, log_routine, redact_url
-from memq.store import schema
+from memq.store import lexical, schema
 from memq.store.effects import Effects
 from memq.store.projections import erasure_steps, record_event
 from memq.store.read.identity import database_id
@@ -90,6 +90,9 @@ class Writer:
         """A big forget is being erased in steps (store/projections/erasure_steps.py): one
         runs after each batch, and the loop does not wait for entries while any is left.
         Read from the database, so a writer that restarts goes on where one stopped."""
+        self.untidy = True
+        """The lexical index may have segments to merge (store/lexical.py's tidy): after
+        each batch, and at start. Merged while no batch waits, before a forget's steps."""
 
     @classmethod
     def open(cls, config: Config, broker: redis.Redis) -> Writer:
@@ -135,12 +138,15 @@ class Writer:
         next_beat = 0.0
         try:
             while not stop.is_set():
-                item = prefetcher.get(timeout=0.0 if self.erasing else 0.2)
+                busy = self.erasing or self.untidy
+                item = prefetcher.get(timeout=0.0 if busy else 0.2)
                 if item is not None:
                     self.commit(*item, stop=stop)
-                elif not self.erasing:
+                elif not busy:
                     self._check_alive(prefetcher, stop)
-                if self.erasing:
+                if item is None and self.untidy:
+                    self.untidy = self.tidy_step(stop)
+                elif self.erasing:
                     self.erasing = self.erase_step(stop)
                 if time.monotonic() >= next_beat:
                     self._retry(self._heartbeat, stop)
@@ -281,6 +287,7 @@ class Writer:
         for hook in self.after_commit:
             self._retry(functools.partial(_follow_up, hook, result.effects), stop)
         self.erasing = self.erasing or result.effects.erasing
+        self.untidy = True
         log_routine(logger, "batch committed", size=result.size, applied=result.applied,
             duplicates=result.duplicates, rejected=result.rejected,
             apply_ms=round(apply_s * 1000, 2), lag_ms=lag_ms)
@@ -334,6 +341,14 @@ class Writer:
         for hook in self.after_commit:
             self._retry(functools.partial(_follow_up, hook, effects), stop)
         return more
+
+    def tidy_step(self, stop: threading.Event | None = None) -> bool:
+        """One bounded step of merging the lexical index, in a transaction of its own;
+        whether there may be more."""
+        def tidy() -> bool:
+            with self._transaction("a step of merging the lexical index") as cur:
+                return lexical.tidy(cur)
+        return self._retry(tidy, stop)
 
     def _erase_step_in_transaction(self, effects: Effects) -> bool:
         effects.clear()  # a try rolled back leaves nothing to follow up

@@ -260,6 +260,36 @@ def test_unindexing_leaves_none_of_the_words_in_the_file(
     assert lexical.check(cur) is None
 
 
+def segments(conn: apsw.Connection) -> int:
+    return int(conn.execute("SELECT count(DISTINCT segid) FROM messages_fts_idx").fetchone()[0])
+
+
+def test_tidying_merges_segments_in_bounded_steps_and_changes_no_answer(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lexical, "TIDY_PAGES", 2)
+    for batch in range(3):  # a segment a batch: FTS5 merges a level of four by default
+        record(log, *[f"turn {batch}-{i} about the weekly sync " + " ".join(
+            f"w{batch}n{i}k{k}" for k in range(60)) for i in range(30)], session=f"s{batch}")
+    lexical.open_vocabulary(log.conn)
+    content = [log.rows(q) for q in lexical.CONTENT_QUERIES]
+    found = search(log, "weekly sync", session="s3")
+    many = segments(log.conn)
+    assert many == 3
+    cur, steps = log.conn.cursor(), 0
+    while True:
+        with log.conn:
+            if not lexical.tidy(cur):
+                break
+        steps += 1
+    assert steps > 1  # bounded: two pages a step could not merge it all at once
+    assert segments(log.conn) == 1  # migration 0034: a level of two is merged
+    assert [log.rows(q) for q in lexical.CONTENT_QUERIES] == content
+    assert search(log, "weekly sync", session="s3") == found
+    assert lexical.check(cur) is None
+    with log.conn:
+        assert not lexical.tidy(cur)  # nothing left: the next look is a no-op
+
+
 def test_the_index_agrees_with_the_messages_it_reads_back(log: EventLog) -> None:
     # index() makes the scope tokens in Python; the view messages_fts_source in SQL. FTS5
     # deletes a row's words by tokenizing what the view gives, so they must be equal.

@@ -22,6 +22,7 @@ from memq.store import rebuild
 from memq.store.write.writer import Writer
 from memq.testing import WriterThread
 from tests.conftest import ROOT, memq_command, start_writer_process
+from tests.scheduled import eventually
 
 pytestmark = pytest.mark.redis
 
@@ -56,6 +57,20 @@ def test_appends_are_committed_and_acknowledged(client: MemoryClient, config: Co
     assert count(config, "SELECT count(*) FROM events") == 50
     assert [m.id for m in client.history("s1", 100)] == ids
     assert client.redis.xlen(client.outbox.stream) == 0  # acknowledged entries are deleted
+
+
+def test_an_idle_writer_merges_the_lexical_index(client: MemoryClient, config: Config) -> None:
+    def segments() -> int:
+        return count(config, "SELECT count(DISTINCT segid) FROM messages_fts_idx")
+
+    for batch in range(3):  # a segment each; FTS5 alone merges a level of four
+        client.append_many([{"session_id": "s1", "role": "user", "content": (
+            f"batch {batch} turn {i} " + " ".join(f"w{batch}n{i}k{k}" for k in range(40)))}
+            for i in range(20)])
+        client.flush()
+    eventually(lambda: segments() == 1, "the index merged into one segment")
+    assert len(client.history("s1", 100)) == 60
+    assert any("w1n3k7" in item.content for item in client.get_context("s1", query="w1n3k7"))
 
 
 def test_redelivered_event_is_a_no_op(client: MemoryClient, config: Config) -> None:
