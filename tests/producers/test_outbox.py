@@ -11,8 +11,10 @@ import redis
 
 from memq import MemoryClient, names
 from memq.config import Config
-from memq.errors import EventsRejected
+from memq.errors import EventsRejected, FlushTimeout
 from memq.events import EventType
+from memq.producers import outbox
+from memq.producers.ops import Poll, Sleep, drive
 from memq.rejections import REPORT_TTL_S, SHOWN_IN_MESSAGE, Rejection
 from memq.testing import WriterThread
 
@@ -127,3 +129,29 @@ def test_a_malformed_sender_sets_the_entry_aside(
         reasons = [r[0] for r in conn.execute("SELECT reason FROM rejected_events")]
     assert len(reasons) == 1
     assert reasons[0].startswith("sender must be 32 lowercase hex digits")
+
+
+def test_a_flush_looks_often_in_its_first_second_then_patiently(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit is usually milliseconds away: pauses of 50 ms showed as 30-60 ms of lag."""
+    clock = [0.0]
+    monkeypatch.setattr(outbox.time, "monotonic", lambda: clock[0])
+    pauses: list[tuple[float, float]] = []
+
+    def answer(request: object) -> object:
+        if isinstance(request, Sleep):
+            pauses.append((clock[0], request.seconds))
+            clock[0] += request.seconds
+            return None
+        assert isinstance(request, Poll)
+        return (0, 0), []  # the writer never gets there
+
+    with MemoryClient(config=config) as client:
+        client.outbox.last_sent = (10**12, 0)
+        with pytest.raises(FlushTimeout):
+            drive(client.outbox._flush_op(3.0), answer)
+    quick = [seconds for at, seconds in pauses if at < 1.0]
+    assert max(quick) == outbox.QUICK_POLL_S
+    assert len(quick) > 90
+    assert max(seconds for at, seconds in pauses if at >= 1.0) == outbox.PATIENT_POLL_S
