@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import chat_text, percentile, private_redis, scratch_dir
 from memq import MemoryClient, acl
 from memq.authority import STREAM_OF_ROLE, Role
-from memq.broker import stream_position
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
+from memq.inbox import stream_position
 from memq.producers.outbox import commit_key
 from memq.store import lexical, schema
 from memq.store.connection import open_connection

@@ -73,7 +73,7 @@ WORKER_STREAMS: tuple[str, ...] = (names.AGENT_INBOX_STREAM,)
 """Streams a worker may XADD to (and nothing else): not one the writer reads."""
 
 QUEUE_COMMANDS = ("+rpush", "+multi", "+exec", "+discard")
-"""Sending to the writer: RPUSH to the role's queue, in a MULTI (see memq/broker.py). Of
+"""Sending to the writer: RPUSH to the role's queue, in a MULTI (see memq/inbox.py). Of
 reads, LLEN alone (how far the queue reaches: a flush beyond it is refused), never what
 another sender queued."""
 

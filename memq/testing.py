@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from memq import names
-from memq.broker import caught_up, client_for, committed_marks, inbox_marks
+from memq.broker import client_for
 from memq.config import Config
 from memq.errors import ConfigError, MemqError
+from memq.inbox import caught_up, committed_marks, inbox_marks
 
 if TYPE_CHECKING:
     from memq.events import Event

@@ -18,15 +18,11 @@ import redis.asyncio
 
 from memq import acl
 from memq.authority import STREAM_OF_ROLE, Role
-from memq.broker import (
-    retrying_async,
-    send_to_inbox_async,
-    stream_position,
-    translated,
-)
+from memq.broker import retrying_async, translated
 from memq.config import ClientConfig, LimitsConfig
 from memq.errors import BrokerError
 from memq.events import Event
+from memq.inbox import send_to_inbox_async, stream_position
 from memq.producers.ops import Request, Sleep, drive_async
 from memq.producers.outbox import OutboxState, Position, Ticket, commit_key
 from memq.rejections import Rejection

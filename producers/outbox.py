@@ -25,20 +25,14 @@ import redis
 
 from memq import acl, names
 from memq.authority import STREAM_OF_ROLE, Role
-from memq.broker import (
-    MAX_RETRY_DELAY_S,
-    is_transient,
-    retrying,
-    send_to_inbox,
-    stream_position,
-    translated,
-)
-from memq.broker import (
-    Position as Position,  # re-exported: where the clients find it
-)
+from memq.broker import MAX_RETRY_DELAY_S, is_transient, retrying, translated
 from memq.config import ClientConfig, LimitsConfig
 from memq.errors import BrokerError, EventsRejected, FlushTimeout, ValidationError
 from memq.events import Event, encode
+from memq.inbox import (
+    Position as Position,  # re-exported: where the clients find it
+)
+from memq.inbox import send_to_inbox, stream_position
 from memq.logs import redact_url
 from memq.producers.ops import Op, Poll, Request, Sleep, drive
 from memq.rejections import Rejection, describe, new_sender, sent_as

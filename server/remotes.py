@@ -34,8 +34,8 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from memq.authority import Role
-from memq.broker import Position, inbox_end, key_end, stream_position
 from memq.errors import AuthenticationFailed, Busy, FlushTimeout, ValidationError
+from memq.inbox import Position, inbox_end, key_end, stream_position
 from memq.names import KEY_POSITION_BASE
 from memq.producers.client import MemoryClient
 from memq.producers.outbox import Outbox

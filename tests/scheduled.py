@@ -14,10 +14,10 @@ import redis
 from rq_scheduler import Scheduler
 
 from memq import names
-from memq.broker import caught_up, committed_marks, inbox_marks
 from memq.clock import now_utc, to_rfc3339, uuid7
 from memq.config import Config
 from memq.events import Event, EventType, encode
+from memq.inbox import caught_up, committed_marks, inbox_marks
 from memq.jobs import JSONJob
 from memq.workers import context
 from memq.workers.queues import worker

@@ -17,6 +17,7 @@ from memq import config as config_module
 from memq.authority import STREAM_OF_ROLE, Role
 from memq.config import Config
 from memq.events import Event, encode
+from memq.inbox import send_to_inbox
 from memq.logs import log
 
 logger = logging.getLogger("memq.worker")
@@ -52,7 +53,7 @@ class WorkerContext:
         raws = [encode(event) for event in events]
         before = self.retried
         broker.retrying(self.config.redis_url, f"sending {len(raws)} result events",
-                        lambda: broker.send_to_inbox(self.redis, raws, self._stream_now()),
+                        lambda: send_to_inbox(self.redis, raws, self._stream_now()),
                         retry_for_s=self.config.client.retry_for_s,
                         on_retry=self._count_retry)
         if self.retried > before:

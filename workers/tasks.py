@@ -37,6 +37,7 @@ from memq import broker, jobs, names, tenants
 from memq.clock import now_rfc3339, parse_rfc3339
 from memq.errors import ConfigError, ValidationError
 from memq.events import Event, EventType, encode
+from memq.inbox import add_to_inbox
 from memq.logs import log
 from memq.workers.context import WorkerContext, current
 
@@ -186,7 +187,7 @@ def _record(context: WorkerContext, marker: str, delivery: dict[str, Any],
             pipe.set(marker, delivery["fired_at"], ex=FIRED_MARKER_TTL_S)
             maxlen = context.config.scheduler.agent_inbox_maxlen or None
             pipe.xadd(names.AGENT_INBOX_STREAM, fields, maxlen=maxlen, approximate=True)
-            broker.add_to_inbox(pipe, stream, [encode(event)])
+            add_to_inbox(pipe, stream, [encode(event)])
             pipe.execute()
         except redis.WatchError:
             return False  # another copy of this job delivered the slot first

@@ -13,6 +13,7 @@ from typing import Any
 from memq import acl, authority, broker
 from memq.cli.common import add_store_options, load_config, non_negative_seconds, number_in
 from memq.events import MAX_MIN_AGE_HOURS
+from memq.inbox import send_to_inbox
 
 
 def register(sub: Any) -> None:
@@ -45,7 +46,7 @@ def run_consolidate(args: argparse.Namespace) -> int:
     with broker.translated(config.redis_url, "sending the consolidation request"):
         role = acl.role_of(connection)
         authority.check(role, event.type, event.payload)
-        broker.send_to_inbox(connection, [event.to_json()], authority.STREAM_OF_ROLE[role])
+        send_to_inbox(connection, [event.to_json()], authority.STREAM_OF_ROLE[role])
     scope = f"session {args.session}" if args.session else "every session"
     age = ("the writer's [consolidation] min_age_hours" if args.min_age_hours is None
            else f"{args.min_age_hours:g} h")

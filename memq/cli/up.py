@@ -45,6 +45,7 @@ from memq.authority import Role
 from memq.cli.common import add_store_options, load_config, port
 from memq.config import Config, EmbedConfig
 from memq.errors import ConfigError, MemqError
+from memq.inbox import caught_up, committed_marks, inbox_marks
 from memq.logs import LOG_FORMAT_ENV, redact_url
 from memq.signals import stop_on_signals
 from memq.supervisor import ChildSpec, Policy, Supervisor
@@ -309,8 +310,8 @@ def _drain_inbox(supervisor: Supervisor, config: Config) -> Any:
         with broker.translated(config.redis_url, "waiting for the inbox to drain"):
             # Committed up to the last entry sent, not an empty stream: with a replica, the
             # writer keeps acknowledged entries for a while ([replication] keep_inbox_s).
-            while not broker.caught_up(broker.committed_marks(client),
-                                       broker.inbox_marks(client)):
+            while not caught_up(committed_marks(client),
+                                       inbox_marks(client)):
                 if time.monotonic() >= deadline:
                     supervisor.say("inbox entries not committed yet; they stay in Redis for "
                                    "the next start")

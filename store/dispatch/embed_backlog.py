@@ -32,8 +32,8 @@ from itertools import islice
 import apsw
 import redis
 
-from memq.broker import caught_up, committed_marks, inbox_marks
 from memq.config import Config
+from memq.inbox import caught_up, committed_marks, inbox_marks
 from memq.logs import log
 from memq.store.dispatch import embed_jobs
 from memq.store.dispatch.embed_jobs import Message

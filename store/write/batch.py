@@ -30,11 +30,11 @@ import orjson
 
 from memq import authority, names
 from memq.authority import ROLE_OF_STREAM, Role
-from memq.broker import MAX_ID_PART, in_range, plausible, stream_position
 from memq.clock import future_problem
 from memq.config import LimitsConfig
 from memq.errors import InvalidEvent
 from memq.events import Event, decode
+from memq.inbox import MAX_ID_PART, in_range, plausible, stream_position
 from memq.logs import log
 from memq.rejections import ON_BEHALF, SENDER, Rejection, claimed
 from memq.store.effects import Effects

@@ -23,9 +23,10 @@ from typing import Any
 import redis
 
 from memq import metrics, names
-from memq.broker import TRANSIENT, plausible, stream_position
+from memq.broker import TRANSIENT
 from memq.clock import now_rfc3339
 from memq.config import Config
+from memq.inbox import plausible, stream_position
 from memq.logs import log
 from memq.rejections import MAX_REPORTED, REPORT_TTL_S, Rejection
 from memq.store.write import batch

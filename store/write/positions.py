@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import apsw
 
-from memq.broker import in_range, stream_position
+from memq.inbox import in_range, stream_position
 
 Position = tuple[int, int]
 """A stream entry id as (milliseconds, sequence): comparable, unlike its text."""

@@ -36,11 +36,12 @@ import apsw
 import redis
 
 from memq import identity, metrics, names
-from memq.broker import TRANSIENT, stream_position
+from memq.broker import TRANSIENT
 from memq.clock import now_rfc3339
 from memq.config import Config
 from memq.errors import StoreError, WriterFailed
 from memq.events import Event
+from memq.inbox import stream_position
 from memq.logs import log, log_routine, redact_url
 from memq.store import lexical, schema
 from memq.store.effects import Effects

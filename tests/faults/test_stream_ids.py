@@ -20,11 +20,12 @@ import redis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from memq import MemoryClient, broker, names
+from memq import MemoryClient, names
 from memq.authority import Role
 from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
 from memq.events import Event, EventType, encode
+from memq.inbox import plausible, stream_position
 from memq.testing import WriterThread, wait_committed
 from tests.faults import figures
 
@@ -90,7 +91,7 @@ def test_the_writer_survives_an_id_already_in_its_stream(
     assert "chosen by its sender" in reason
     figures.add("stream_ids")
     last = admin.xinfo_stream(names.INBOX_STREAM)["last-generated-id"]
-    assert broker.plausible(broker.stream_position(last))
+    assert plausible(stream_position(last))
 
 
 def test_a_writer_restarted_on_a_poisoned_stream_starts(config: Config) -> None:
@@ -154,6 +155,6 @@ def all_plausible(admin: redis.Redis) -> bool:
             last = admin.xinfo_stream(name)["last-generated-id"]
         except redis.exceptions.ResponseError:
             continue
-        if not broker.plausible(broker.stream_position(last)):
+        if not plausible(stream_position(last)):
             return False
     return True

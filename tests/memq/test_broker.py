@@ -10,7 +10,7 @@ import redis
 from redis.connection import SSLConnection
 from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
-from memq import broker, names
+from memq import broker
 from memq.config import Config
 from memq.errors import BrokerError, ConfigError
 from memq.redis_config import RedisConfig
@@ -93,17 +93,6 @@ def test_no_sentinel_answering_is_a_transient_broker_error() -> None:
     with pytest.raises(BrokerError, match=r"did not answer for 0\.2 s") as caught:
         broker.retrying(url, "pinging", client.ping, retry_for_s=0.2)
     assert broker.is_transient(caught.value.__cause__)
-
-
-@pytest.mark.redis
-def test_too_few_replicas_confirming_raises_and_the_entries_are_in_redis(
-    redis_url: str,
-) -> None:
-    client = broker.connect(redis_url)  # a Redis without replicas: WAIT 1 times out
-    with pytest.raises(broker.NotReplicated, match="only 0 of 1 replicas confirmed them"):
-        broker.send_to_inbox(client, [b"{}", b"{}"], replicas=1, wait_timeout_s=0.05)
-    assert client.llen(names.INBOX_QUEUES[names.INBOX_STREAM]) == 2
-    assert broker.send_to_inbox(client, [b"{}"], replicas=0)  # no WAIT: no wait
 
 
 class Interrupted(Exception):

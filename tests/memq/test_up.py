@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from memq import MemoryClient, broker
+from memq import MemoryClient
 from memq.authority import Role
 from memq.cli import command_names
 from memq.cli.up import PROCESSES, copies, embed_workers, selected
 from memq.config import EmbedConfig
+from memq.inbox import send_to_inbox
 from tests.conftest import MODEL_DIR, ROOT
 from tests.memq.test_supervisor import pid_alive
 
@@ -283,7 +284,7 @@ def test_up_enforces_the_roles(tmp_path: Path, ops_config: Path) -> None:
                     change(task_id)
             raw = agent.redis
             for forged in RAW_FORGERIES.values():
-                broker.send_to_inbox(raw, [forged], names.INBOX_STREAM)
+                send_to_inbox(raw, [forged], names.INBOX_STREAM)
                 for stream in names.INBOX_STREAMS:
                     with pytest.raises(redis.exceptions.NoPermissionError):
                         raw.xadd(stream, {names.EVENT_FIELD: forged})

@@ -17,6 +17,7 @@ from memq.clock import now_rfc3339, uuid7
 from memq.config import Config
 from memq.errors import EventsRejected, PermissionDenied
 from memq.events import Event, EventType, encode
+from memq.inbox import queue_item, send_to_inbox
 from memq.testing import WriterThread, wait_committed
 from tests.producers.serving import client_of
 
@@ -162,7 +163,7 @@ def test_raw_entries_with_agent_credentials(
         connection.xadd(stream, raw)
     if stream != names.INBOX_STREAM:
         return
-    connection.rpush(names.INBOX_QUEUES[stream], broker.queue_item(RAW_FORGERIES[forgery]))
+    connection.rpush(names.INBOX_QUEUES[stream], queue_item(RAW_FORGERIES[forgery]))
     wait_committed(redis.Redis.from_url(config.redis_url))
     conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
     [(reason,)] = conn.execute("SELECT reason FROM rejected_events").fetchall()
@@ -183,7 +184,7 @@ def test_raw_changes_to_a_trusted_task_with_agent_credentials(
 ) -> None:
     task_id = trusted_task(admin)
     before = admin.task(task_id)
-    broker.send_to_inbox(agent.redis, [raw_event(
+    send_to_inbox(agent.redis, [raw_event(
         change["type"], {"task_id": task_id, **change["payload"]})], names.INBOX_STREAM)
     wait_committed(redis.Redis.from_url(config.redis_url))
     conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
@@ -264,7 +265,7 @@ def test_an_agent_cannot_change_a_task_from_the_configuration(
     for change in (agent.pause_task, agent.resume_task, agent.delete_task):
         with pytest.raises(PermissionDenied, match="of a task from the configuration"):
             change("cfg-backup")
-    broker.send_to_inbox(agent.redis, [raw_event(
+    send_to_inbox(agent.redis, [raw_event(
         T.TASK_DELETED, {"task_id": "cfg-backup"})], names.INBOX_STREAM)
     wait_committed(redis.Redis.from_url(config.redis_url))
     assert agent.task("cfg-backup").source == "config"  # still there

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from memq import MemoryClient, broker, names
+from memq import MemoryClient, names
 from memq.config import Config, ReplicationConfig
+from memq.inbox import committed_marks
 from memq.store import backup as copies
 from memq.store import schema
 from memq.store.read.pool import ReadPool
@@ -52,7 +53,7 @@ def test_each_commit_records_how_far_it_applied_each_stream(config: Config) -> N
         for i in range(5):
             client.append("s", "user", f"m{i}")
         client.flush()
-        committed = broker.committed_marks(redis.Redis.from_url(config.redis_url))
+        committed = committed_marks(redis.Redis.from_url(config.redis_url))
     assert recorded(config.db_path) == committed
     assert set(committed) == {names.ADMIN_INBOX_STREAM}  # the test Redis: one trust domain
 

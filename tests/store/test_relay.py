@@ -8,7 +8,8 @@ import threading
 import pytest
 import redis
 
-from memq import broker, names
+from memq import names
+from memq.inbox import caught_up, committed_marks, inbox_marks, queue_item, send_to_inbox
 from memq.store.write.relay import relay, relay_all
 
 pytestmark = pytest.mark.redis
@@ -23,8 +24,8 @@ def entries(connection: redis.Redis, stream: str = AGENT) -> list[dict[bytes, by
 
 def test_items_become_entries_in_order_with_sender_and_ordinal(redis_url: str) -> None:
     connection = redis.Redis.from_url(redis_url)
-    positions = broker.send_to_inbox(connection, [b'{"a":1}', b'{"a":2}'], AGENT, "f" * 32)
-    positions += broker.send_to_inbox(connection, [b'{"a":3}'], AGENT)
+    positions = send_to_inbox(connection, [b'{"a":1}', b'{"a":2}'], AGENT, "f" * 32)
+    positions += send_to_inbox(connection, [b'{"a":3}'], AGENT)
     assert positions == [(1, 0), (2, 0), (3, 0)]
     assert relay_all(connection) == 3
     assert entries(connection) == [
@@ -58,7 +59,7 @@ def test_positions_stay_exact_while_the_relay_runs(redis_url: str) -> None:
     def sender(n: int) -> None:
         for i in range(50):
             raws = [f'{{"n":{n},"i":{i},"k":{k}}}'.encode() for k in range(3)]
-            positions = broker.send_to_inbox(connection, raws, AGENT)
+            positions = send_to_inbox(connection, raws, AGENT)
             with lock:
                 sent.update(zip(raws, positions, strict=True))
 
@@ -76,11 +77,11 @@ def test_positions_stay_exact_while_the_relay_runs(redis_url: str) -> None:
 def test_a_refused_xadd_leaves_its_items_queued(redis_url: str) -> None:
     """Moving is atomic per item: what Redis refused stays in the list, nothing doubles."""
     connection = redis.Redis.from_url(redis_url)
-    broker.send_to_inbox(connection, [b"1", b"2"], AGENT)
+    send_to_inbox(connection, [b"1", b"2"], AGENT)
     relay_all(connection)
     top = "18446744073709551615-18446744073709551615"
     connection.xadd(AGENT, {"event": b"x"}, id=top)  # an admin's choice: the stream is full
-    broker.send_to_inbox(connection, [b"3"], AGENT)
+    send_to_inbox(connection, [b"3"], AGENT)
     with pytest.raises(redis.exceptions.ResponseError, match="stopped after 0 items"):
         relay(connection, AGENT)
     assert connection.lrange(QUEUE, 0, -1) == [b"\n3"]
@@ -92,10 +93,10 @@ def test_a_refused_xadd_leaves_its_items_queued(redis_url: str) -> None:
 
 def test_marks_count_what_waits_in_a_queue(redis_url: str) -> None:
     connection = redis.Redis.from_url(redis_url)
-    broker.send_to_inbox(connection, [b"1", b"2"], AGENT)
-    marks = broker.inbox_marks(connection)
+    send_to_inbox(connection, [b"1", b"2"], AGENT)
+    marks = inbox_marks(connection)
     assert marks == {QUEUE: (2, 0)}
-    assert not broker.caught_up(broker.committed_marks(connection), marks)
+    assert not caught_up(committed_marks(connection), marks)
 
 
 # -- the keys' queue: relayed key by key, a few in flight -----------------------------------
@@ -105,7 +106,7 @@ KEYS = names.KEYS_INBOX_STREAM
 
 def keyed(connection: redis.Redis, sender: str, count: int, tag: str) -> list[tuple[int, int]]:
     raws = [f'{{"{tag}":{i}}}'.encode() for i in range(count)]
-    return broker.send_to_inbox(connection, raws, KEYS, sender)
+    return send_to_inbox(connection, raws, KEYS, sender)
 
 
 def test_the_keys_queue_takes_each_key_in_turn_and_keeps_each_senders_order(
@@ -165,7 +166,7 @@ def test_an_item_an_older_server_queued_leaves_the_keys_counts_exact(redis_url: 
     inbox = Inbox(connection, Config(redis_url=redis_url))
     inbox.ensure_group()
     sender = "a" * 32 + ":key-a"
-    connection.rpush(names.INBOX_QUEUES[KEYS], broker.queue_item(b'{"old":1}', sender))
+    connection.rpush(names.INBOX_QUEUES[KEYS], queue_item(b'{"old":1}', sender))
     [position] = keyed(connection, sender, 1, "new")
     relay(connection, KEYS)
     taken = inbox.read_new()

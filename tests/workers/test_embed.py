@@ -25,10 +25,10 @@ from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from memq import MemoryClient, names
-from memq.broker import caught_up, committed_marks, inbox_marks
 from memq.config import Config, EmbedConfig
 from memq.embedding import Embedder
 from memq.errors import ModelError
+from memq.inbox import caught_up, committed_marks, inbox_marks
 from memq.jobs import queue
 from memq.store.dispatch import embed_jobs
 from memq.testing import WriterThread
