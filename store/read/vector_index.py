@@ -157,7 +157,12 @@ class VectorIndex:
             # any scale stores it as zeros, and none may be divided by.
             scale[~(scale > 0)] = 1.0
             block[at] = np.rint(part / scale[:, None])
-            scales[at] = scale
+            # Rounding lengthens a block a little; scaled back to the length it was given,
+            # a unit vector stays one, and its score with itself is 1, not 1.0004.
+            stored = np.linalg.norm(block[at].astype(np.float32), axis=1) * scale
+            wanted = np.linalg.norm(part, axis=1)
+            scales[at] = scale * np.divide(wanted, stored, out=np.ones_like(wanted),
+                                           where=stored > 0)
         # Of what is stored, block by block from the last: no (rows, dim) copy is made.
         tail = np.zeros(at.stop - at.start, dtype=np.float32)
         for k in range(len(self._blocks) - 1, 0, -1):

@@ -107,6 +107,16 @@ def test_what_is_stored_is_within_a_cosine_of_0_9999_in_a_third_of_the_memory(n:
     assert index.nbytes / len(index._blocks[0]) < DIM * 4 / 3  # float32 would be 1,536 a row
 
 
+@pytest.mark.parametrize("n", [50, FIT_MIN_ROWS + 10])
+def test_a_stored_unit_vector_stays_one_and_its_score_with_itself_is_1(n: int) -> None:
+    matrix = clustered(n, seed=5)
+    index, ids = build(matrix)
+    np.testing.assert_allclose(np.linalg.norm(index.vectors(ids), axis=1), 1.0, atol=1e-5)
+    selves = [index.scores([i], matrix[k])[i] for k, i in enumerate(ids[:50])]
+    assert max(selves) <= 1.0 + 1e-5
+    assert min(selves) > 0.9999
+
+
 def test_a_block_of_vanishing_coordinates_is_stored_as_zeros_without_a_division_by_zero(
 ) -> None:
     """A vector with coordinates past the first block too small for their int8 scale to
