@@ -139,6 +139,13 @@ def test_function_words_are_dropped_unless_nothing_else_is_left(log: EventLog) -
     assert search(log, "Who are you?") == [ids[0]]
 
 
+def test_what_contractions_leave_is_dropped_with_the_function_words(log: EventLog) -> None:
+    ids = record(log, "Caroline's painting of the lake", "it's a sunny day, isn't it")
+    assert lexical_query.terms("What's Caroline's painting? Don't we've it?") == [
+        "caroline", "painting"]
+    assert search(log, "What is Caroline's painting?") == [ids[0]]
+
+
 def test_long_query_searches_its_first_words(log: EventLog) -> None:
     ids = record(log, "word1 is here")
     query = " ".join(f"word{i}" for i in range(1, 500))
