@@ -50,7 +50,6 @@ PATIENT_POLL_S = 0.05
 """The pause after that second: a writer that far behind is not missed by 50 ms."""
 
 
-
 @dataclass
 class Ticket:
     """Where one sent event went: its inbox position once Redis has it."""
