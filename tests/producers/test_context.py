@@ -135,7 +135,9 @@ def test_semantic_alone_finds_the_best_matches_above_the_threshold(
     assert items[0].similarity == items[0].scores["semantic"]
     expected = float(embedder.embed(["Where does my sister Ana live?"])[0] @
                      embedder.embed([SISTER])[0])
-    assert items[0].similarity == pytest.approx(expected, abs=1e-4)
+    # The index stores all but 32 coordinates as int8 (within a cosine of 0.9999 of the
+    # vector given: tests/store/test_vector_index.py), so a score is off by ~3e-4.
+    assert items[0].similarity == pytest.approx(expected, abs=1e-3)
     assert items[0].similarity > 0.65
 
 
