@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import pytest
 import redis
 
@@ -86,6 +87,17 @@ def store_args(config: Config) -> list[str]:
     """A command's options for the test's database and the Redis its writer uses: never
     the default Redis, whose keyspace another memq on the machine may have claimed."""
     return ["--db", config.db_path, "--redis-url", config.redis_url]
+
+
+def write_directly(db_path: str, sql: str) -> None:
+    """Tamper with the database behind the writer's back, waiting for its lock like any
+    writer: an idle writer merges its lexical index in short transactions of its own."""
+    conn = apsw.Connection(db_path)
+    try:
+        conn.set_busy_timeout(10_000)
+        conn.execute(sql)
+    finally:
+        conn.close()
 
 
 def memq_command(*args: str) -> list[str]:

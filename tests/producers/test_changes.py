@@ -12,6 +12,7 @@ from memq import MemoryClient
 from memq.authority import Role
 from memq.config import Config
 from memq.errors import FeedExpired, ValidationError
+from tests.conftest import write_directly
 
 pytestmark = [pytest.mark.redis]
 
@@ -92,10 +93,8 @@ def test_a_follower_behind_retention_is_told_where_to_start(client: MemoryClient
                                                             config: Config) -> None:
     client.append("s1", "user", "old")
     client.flush()
-    import apsw  # the horizon as retention leaves it (tests/store/test_changes.py)
-    conn = apsw.Connection(config.db_path)
-    conn.execute("INSERT INTO feed_horizon (id, seq) VALUES (1, 1)")
-    conn.close()
+    # the horizon as retention leaves it (tests/store/test_changes.py)
+    write_directly(config.db_path, "INSERT INTO feed_horizon (id, seq) VALUES (1, 1)")
     with pytest.raises(FeedExpired, match="position 0 is behind the feed") as expired:
         client.changes_page(0)
     assert expired.value.horizon == 1

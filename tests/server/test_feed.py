@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import apsw
 import httpx
 import numpy as np
 import orjson
@@ -18,6 +17,7 @@ import pytest
 
 from memq import MemoryClient, RemoteMemoryClient
 from memq.config import Config
+from tests.conftest import write_directly
 from tests.embedding_events import send_embeddings
 from tests.producers.serving import Served
 from tests.server.conftest import key_for
@@ -132,9 +132,7 @@ def test_a_bad_request_is_answered_before_the_stream(
 def test_no_token_no_feed_and_a_follower_behind_retention_gets_410(
         admin: RemoteMemoryClient, served: Served, config: Config) -> None:
     assert httpx.get(f"{served.url}/v1/changes").status_code == 401
-    conn = apsw.Connection(config.db_path)
-    conn.execute("INSERT INTO feed_horizon (id, seq) VALUES (1, 2)")
-    conn.close()
+    write_directly(config.db_path, "INSERT INTO feed_horizon (id, seq) VALUES (1, 2)")
     answer = httpx.get(f"{served.url}/v1/changes", params={"after": 1},
                        headers={"Authorization": f"Bearer {served.token()}"})
     assert (answer.status_code, answer.json()["horizon"]) == (410, 2), answer.text

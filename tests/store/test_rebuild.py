@@ -13,7 +13,7 @@ from memq.config import Config
 from memq.errors import StoreError
 from memq.store import rebuild
 from memq.testing import WriterThread
-from tests.conftest import ROOT, memq_command
+from tests.conftest import ROOT, memq_command, write_directly
 
 pytestmark = pytest.mark.redis
 
@@ -31,9 +31,7 @@ def test_check_passes_on_a_consistent_database(client: MemoryClient, config: Con
 
 def test_check_reports_a_tampered_projection(client: MemoryClient, config: Config) -> None:
     fill(client)
-    conn = apsw.Connection(config.db_path)
-    conn.execute("UPDATE messages SET content = 'tampered' WHERE rowid = 3")
-    conn.close()
+    write_directly(config.db_path, "UPDATE messages SET content = 'tampered' WHERE rowid = 3")
     differences = rebuild.check(config.db_path)
     assert differences
     assert differences[0].startswith("messages:")
@@ -56,9 +54,7 @@ def test_check_reports_a_lexical_index_that_differs(
     client: MemoryClient, config: Config, tamper: str
 ) -> None:
     fill(client)
-    conn = apsw.Connection(config.db_path)
-    conn.execute(tamper)
-    conn.close()
+    write_directly(config.db_path, tamper)
     differences = rebuild.check(config.db_path)
     assert differences
     assert all(d.startswith("messages_fts:") for d in differences)
@@ -68,9 +64,7 @@ def test_rebuild_repairs_and_refuses_while_writer_runs(
     client: MemoryClient, config: Config, writer: WriterThread
 ) -> None:
     fill(client)
-    conn = apsw.Connection(config.db_path)
-    conn.execute("DELETE FROM messages WHERE rowid % 2 = 0")
-    conn.close()
+    write_directly(config.db_path, "DELETE FROM messages WHERE rowid % 2 = 0")
     done = subprocess.run(memq_command("rebuild", "--db", config.db_path),
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 1
