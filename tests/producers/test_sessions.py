@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from memq import MemoryClient, names
 from memq.config import Config
 from memq.errors import EventsRejected, ValidationError
-from memq.testing import WriterThread, inbox_entries
+from memq.inbox import inbox_marks
+from memq.testing import WriterThread
 
 pytestmark = pytest.mark.redis
 
@@ -26,12 +27,13 @@ def at(minutes: int) -> datetime:
 def test_an_append_naming_another_user_raises_and_sends_nothing(client: MemoryClient) -> None:
     client.append("s1", "user", "hello", user_id="u1", agent_id="support")
     client.append("s1", "assistant", "hi")  # inherits u1 / support
-    sent = inbox_entries(client.redis)
+    # How far every inbox reaches, not what it holds: the writer is taking entries out.
+    sent = inbox_marks(client.redis)
     for owner, message in [({"user_id": "u2"}, "belongs to user 'u1'"),
                            ({"agent_id": "sales"}, "belongs to agent 'support'")]:
         with pytest.raises(ValidationError, match=message):
             client.append("s1", "user", "not yours", **owner)
-    assert inbox_entries(client.redis) == sent
+    assert inbox_marks(client.redis) == sent
     client.flush()
     [info] = client.sessions()
     assert (info.user_id, info.agent_id, info.message_count) == ("u1", "support", 2)
