@@ -93,7 +93,8 @@ class Writer:
         Read from the database, so a writer that restarts goes on where one stopped."""
         self.untidy = True
         """The lexical index may have segments to merge (store/lexical.py's tidy): after
-        each batch, and at start. Merged while no batch waits, before a forget's steps."""
+        each batch, and at start. Merged while no batch waits (:meth:`upkeep`)."""
+        self._tidied_last = False
 
     @classmethod
     def open(cls, config: Config, broker: redis.Redis) -> Writer:
@@ -145,10 +146,7 @@ class Writer:
                     self.commit(*item, stop=stop)
                 elif not busy:
                     self._check_alive(prefetcher, stop)
-                if item is None and self.untidy:
-                    self.untidy = self.tidy_step(stop)
-                elif self.erasing:
-                    self.erasing = self.erase_step(stop)
+                self.upkeep(idle=item is None, stop=stop)
                 if time.monotonic() >= next_beat:
                     self._retry(self._heartbeat, stop)
                     self._retry(self.inbox.trim, stop)
@@ -342,6 +340,17 @@ class Writer:
         for hook in self.after_commit:
             self._retry(functools.partial(_follow_up, hook, effects), stop)
         return more
+
+    def upkeep(self, *, idle: bool, stop: threading.Event | None = None) -> None:
+        """Between batches, one step of what is pending: merging the lexical index (only
+        while no batch waits) or erasing a forget; both pending, each in turn, so a long
+        merge of a large index delays a forget's end by no more than its own length."""
+        tidy = idle and self.untidy and not (self.erasing and self._tidied_last)
+        if tidy:
+            self.untidy = self.tidy_step(stop)
+        elif self.erasing:
+            self.erasing = self.erase_step(stop)
+        self._tidied_last = tidy
 
     def tidy_step(self, stop: threading.Event | None = None) -> bool:
         """One bounded step of merging the lexical index, in a transaction of its own;

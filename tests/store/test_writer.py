@@ -74,6 +74,25 @@ def test_an_idle_writer_merges_the_lexical_index(client: MemoryClient, config: C
     assert any("w1n3k7" in item.content for item in client.get_context("s1", query="w1n3k7"))
 
 
+def test_merging_and_erasing_take_turns_and_merging_waits_for_an_idle_moment(
+        config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer = Writer.open(config, redis.Redis.from_url(config.redis_url))
+    done: list[str] = []
+    monkeypatch.setattr(writer, "tidy_step", lambda stop=None: done.append("merge") or True)
+    monkeypatch.setattr(writer, "erase_step", lambda stop=None: done.append("erase") or True)
+    try:
+        writer.untidy = writer.erasing = True
+        for idle in (True, True, True, False, False, True):
+            writer.upkeep(idle=idle)
+        assert done == ["merge", "erase", "merge", "erase", "erase", "merge"]
+        writer.erasing, done[:] = False, []
+        for _ in range(3):
+            writer.upkeep(idle=True)
+        assert done == ["merge"] * 3  # alone, a merge goes on while nothing else waits
+    finally:
+        writer.close()
+
+
 def test_redelivered_event_is_a_no_op(client: MemoryClient, config: Config) -> None:
     raw = encode(message_event())
     push(config, raw, raw, raw)
