@@ -19,21 +19,47 @@ folds 0.764 -> 0.777). In a simulation of the same profile, keys embedded from t
 turn, its neighbours and its session's date) found 0.799: not worth a second embedding of
 every turn, its storage and its erasure.
 
-Cost: a second index beside the vectors of each scope the recall profile searches (twice
-the memory of that scope; ``[retrieval] vector_cache_max_vectors`` counts the vectors
-only). The turns' own vectors are read from the scope's index when a key is computed
-again, never held a second time. On a scope's first load, keys for 100,000 turns in
-~1.9 s against ~0.9 s for the vectors alone (measured on this 2-core machine under load).
+Cost: a second index beside the vectors of each scope the recall profile searches. Once
+a scope has :data:`PROJECT_FROM` turns, that index keeps each key's first
+:data:`KEPT_DIMS` coordinates along the keys' principal axes (94% of their energy on real
+turns), 240 bytes a key instead of 496, and only finds candidates:
+:data:`CANDIDATES_PER_RESULT` for each key asked for, whose exact scores are then computed
+from the turns' own vectors (which are never held a second time). On 100,119 real turns
+(bench/context.py --realistic) the candidates held 0.994 of the exact best 50. On a
+scope's first load, keys for 100,000 turns in ~1.9 s against ~0.9 s for the vectors alone
+(measured on this 2-core machine under load), and once more as they are projected (the
+first call at 100,119 turns: 6.0 s, 4.7 s with full keys).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from memq.store.read.vector_index import VectorIndex
+from memq.store.read.vector_index import (
+    FIT_SAMPLE,
+    MOMENTS_SAMPLE,
+    REFIT_GROWTH,
+    VectorIndex,
+)
+
+PROJECT_FROM = 32_768
+"""Keys a scope needs before its index keeps them projected. Below, full keys take at most
+16 MiB and answer sooner (get_context at 5,141 real turns: 9.7 / 13.2 ms p50 / p95 with
+full keys, 12.2 / 14.6 projected; at 100,119 the same either way)."""
+
+KEPT_DIMS = 128
+"""Coordinates of a projected key. Of the exact best 50 keys on 100,119 real turns, the
+best 200 by 128 coordinates held 0.994 (400: 0.9996); by 96, 0.970 (0.993); by 64, 0.87."""
+
+CANDIDATES_PER_RESULT = 4
+"""Candidates a projected search scores exactly for each key asked for: 8 cost 6-8 ms
+more a call at 100,119 turns for the same recall (bench/context.py --realistic)."""
+
+PROJECT_CHUNK = 8192
+"""Keys computed at a time when a scope's keys are projected (no (rows, dim) copy)."""
 
 
 class Neighbourhoods:
@@ -49,6 +75,12 @@ class Neighbourhoods:
         self.index = VectorIndex(turns.dim)
         self._place: dict[str, tuple[str, int]] = {}
         self._order: dict[str, list[tuple[int, str]]] = {}
+        self._axes: np.ndarray | None = None
+        """(dim, KEPT_DIMS): the keys' principal axes once projected; None: full keys."""
+        self._projected_rows = 0
+        self._sample: tuple[np.ndarray | None, np.ndarray] | None = None
+        """Keys of evenly spaced turns in the turns' basis (and that basis), for
+        :meth:`moments` while projected; dropped whenever a key changes."""
 
     def __len__(self) -> int:
         return len(self._place)
@@ -56,7 +88,61 @@ class Neighbourhoods:
     @property
     def nbytes(self) -> int:
         """The keys' arrays (the turns' vectors are their index's)."""
-        return self.index.nbytes
+        extra = [a for a in (self._axes, self._sample and self._sample[1]) if a is not None]
+        return self.index.nbytes + sum(int(a.nbytes) for a in extra)
+
+    @property
+    def projected(self) -> bool:
+        return self._axes is not None
+
+    # -- searching ----------------------------------------------------------------------
+
+    def search(self, query: np.ndarray, threshold: float, limit: int) -> list[tuple[str, float]]:
+        """Turns whose key's dot product with ``query`` is greater than ``threshold``,
+        best first: exact while keys are full; projected, the best of the candidates."""
+        if self._axes is None or limit <= 0:
+            return self.index.search(query, threshold, limit)
+        coarse = self.index.search(np.asarray(query, dtype=np.float32) @ self._axes, -np.inf,
+                                   CANDIDATES_PER_RESULT * limit)
+        exact = self.scores([message_id for message_id, _ in coarse], query)
+        best = sorted(((-score, i) for i, score in exact.items() if score > threshold))
+        return [(message_id, -negated) for negated, message_id in best[:limit]]
+
+    def scores(self, ids: Iterable[str], query: np.ndarray) -> dict[str, float]:
+        """The dot product of ``query`` with the key of each of ``ids`` that has one."""
+        if self._axes is None:
+            return self.index.scores(ids, query)
+        present = sorted({i for i in ids if i in self._place and i in self.turns})
+        if not present:
+            return {}
+        keys = self._keys(present, self.turns.stored).astype(np.float64)
+        values = keys @ self.turns.turned(query).astype(np.float64)
+        return {message_id: float(v) for message_id, v in zip(present, values, strict=True)}
+
+    def moments(self, query: np.ndarray) -> tuple[float, float] | None:
+        """Mean and spread of ``query``'s dot product with the keys (see VectorIndex)."""
+        if self._axes is None:
+            return self.index.moments(query)
+        basis = self.turns.basis
+        if self._sample is None or self._sample[0] is not basis:
+            present = [i for i in self._place if i in self.turns]
+            if not present:
+                return None
+            step = max(1, len(present) // MOMENTS_SAMPLE)
+            self._sample = (basis, self._keys(present[::step][:MOMENTS_SAMPLE],
+                                              self.turns.stored))
+        scores = self._sample[1].astype(np.float64) @ self.turns.turned(query).astype(np.float64)
+        return float(scores.mean()), float(scores.std())
+
+    # -- changing the set ---------------------------------------------------------------
+
+    def fit_if_grown(self) -> None:
+        """Project the keys once the set is large enough, again once it has grown a lot;
+        then let the index fit its own rotation."""
+        grown = len(self._place) >= REFIT_GROWTH * max(1, self._projected_rows)
+        if len(self._place) >= PROJECT_FROM and grown:
+            self._project()
+        self.index.fit_if_grown()
 
     def upsert(self, rows: Sequence[tuple[str, str, int]]) -> None:
         """Add or replace turns, ``rows`` (id, session id, seq), whose vectors are in
@@ -76,6 +162,7 @@ class Neighbourhoods:
         for message_id in gone:
             affected |= self._take_out(message_id)
         self.index.remove(gone)
+        self._sample = None  # it may hold a forgotten turn's key
         self._recompute(affected - set(gone))
 
     def key(self, message_id: str) -> np.ndarray:
@@ -115,6 +202,17 @@ class Neighbourhoods:
         present = sorted(i for i in ids if i in self._place and i in self.turns)
         if not present:
             return
+        self._sample = None
+        keys = self._keys(present, self.turns.vectors)
+        if self._axes is not None:
+            keys = keys @ self._axes
+        self.index.upsert(present, keys.astype(np.float32), fit=False)
+
+    def _keys(self, present: list[str],
+              vectors_of: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        """The keys of ``present`` (each with a place and a vector), from ``vectors_of``
+        the turns: as given (``turns.vectors``), or in the turns' basis (``turns.stored``),
+        in which a key's dot products are the same."""
         sides: list[list[str | None]] = [[], []]
         for message_id in present:
             session_id, seq = self._place[message_id]
@@ -124,13 +222,28 @@ class Neighbourhoods:
             after = order[at + 1][1] if at + 1 < len(order) else None
             sides[0].append(before if before in self.turns else None)
             sides[1].append(after if after in self.turns else None)
-        own = self.turns.vectors(present)
+        own = vectors_of(present)
         total = own.copy()
         for side in sides:
             known = [n for n, other in enumerate(side) if other is not None]
             if known:
-                total[known] += self.turns.vectors([side[n] for n in known])  # type: ignore[misc]
+                total[known] += vectors_of([side[n] for n in known])  # type: ignore[misc]
         norms = np.linalg.norm(total, axis=1, keepdims=True)
         around = np.divide(total, norms, out=np.zeros_like(total), where=norms > 1e-12)
-        keys = own * (1 - self.weight) + around * self.weight
-        self.index.upsert(present, keys.astype(np.float32), fit=False)
+        return np.asarray(own * (1 - self.weight) + around * self.weight, dtype=np.float32)
+
+    def _project(self) -> None:
+        """Keep every key along the keys' first :data:`KEPT_DIMS` principal axes (fitted
+        on up to FIT_SAMPLE of them), in a new index."""
+        present = [i for i in self._place if i in self.turns]
+        step = max(1, len(present) // FIT_SAMPLE)
+        sample = self._keys(present[::step], self.turns.vectors).astype(np.float64)
+        _, axes = np.linalg.eigh(sample.T @ sample)
+        kept = min(KEPT_DIMS, self.turns.dim)
+        self._axes = np.ascontiguousarray(axes[:, ::-1][:, :kept], dtype=np.float32)
+        self.index = VectorIndex(kept)
+        for at in range(0, len(present), PROJECT_CHUNK):
+            chunk = present[at:at + PROJECT_CHUNK]
+            self.index.upsert(chunk, self._keys(chunk, self.turns.vectors) @ self._axes,
+                              fit=False)
+        self._projected_rows, self._sample = len(present), None

@@ -39,7 +39,8 @@ from memq.store.read.vector_index import VectorIndex
 
 DEFAULT_MAX_VECTORS = 200_000
 """About 95 MiB at 384 dimensions (496 bytes a vector, see :mod:`store.read.vector_index`),
-twice that for the scopes the recall profile searches (their contextual keys)."""
+and half as much again for the scopes the recall profile searches (their contextual keys,
+projected: see :mod:`store.read.neighbourhoods`)."""
 
 LOAD_CHUNK = 8192
 """Rows decoded at a time when a session is loaded or refreshed."""
@@ -197,7 +198,7 @@ class VectorCache:
                 self._apply(entry, rows)
         entry.index.fit_if_grown()
         if entry.keys is not None:
-            entry.keys.index.fit_if_grown()
+            entry.keys.fit_if_grown()
         # Every row with embedded_seq <= high was committed before ``high`` was read, so
         # later changes to this scope all have a larger embedded_seq.
         entry.loaded, entry.last_seen = True, high
@@ -250,10 +251,10 @@ def _decode_legacy(value: bytes | str) -> np.ndarray | None:
         return None
 
 
-def _searched(entry: _Entry, keys: bool) -> VectorIndex:
-    """The index a search reads: the turns' vectors, or their contextual keys."""
+def _searched(entry: _Entry, keys: bool) -> VectorIndex | Neighbourhoods:
+    """What a search reads: the turns' vectors, or their contextual keys."""
     if keys and entry.keys is not None:
-        return entry.keys.index
+        return entry.keys
     return entry.index
 
 

@@ -292,6 +292,22 @@ class VectorIndex:
         # The rotation is orthogonal (products of eigenvector bases): its transpose undoes it.
         return found if self._rotation is None else found @ self._rotation.T
 
+    def stored(self, ids: Sequence[str]) -> np.ndarray:
+        """The vectors of ``ids`` (each in the set) as the index keeps them: in its own
+        basis, every block as float32. Their dot products with :meth:`turned` of a query
+        are the index's scores, without turning each row back (:meth:`vectors`)."""
+        return self._rows(np.fromiter((self._pos[i] for i in ids), dtype=np.int64,
+                                      count=len(ids)))
+
+    def turned(self, query: np.ndarray) -> np.ndarray:
+        """``query`` in the basis of :meth:`stored`."""
+        return np.concatenate(self._split(query))
+
+    @property
+    def basis(self) -> np.ndarray | None:
+        """The rotation the stored rows are in (None: as given); a new array at each fit."""
+        return self._rotation
+
     def moments(self, query: np.ndarray) -> tuple[float, float] | None:
         """Mean and standard deviation of ``query``'s dot product over the set.
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memq.store.read import neighbourhoods
 from memq.store.read.neighbourhoods import Neighbourhoods
 from memq.store.read.vector_index import VectorIndex
 
@@ -114,3 +115,58 @@ def test_any_order_of_arrivals_and_removals_gives_the_keys_of_what_is_left(
         assert keys.index.scores(ids, unit(axis)) == pytest.approx(
             fresh.index.scores(ids, unit(axis)), abs=1e-6)
     assert len(keys) == len(left)
+
+
+class Projected(Neighbourhoods):
+    """Keys of 600 turns over 30 sessions, 48 dimensions, projected onto 16 axes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, weight: float = 0.5) -> None:
+        monkeypatch.setattr(neighbourhoods, "PROJECT_FROM", 256)
+        monkeypatch.setattr(neighbourhoods, "KEPT_DIMS", 16)
+        rng = np.random.default_rng(4)
+        basis = rng.standard_normal((6, 48))
+        raw = rng.standard_normal((600, 6)) @ basis + 0.2 * rng.standard_normal((600, 48))
+        self.matrix = (raw / np.linalg.norm(raw, axis=1, keepdims=True)).astype(np.float32)
+        super().__init__(VectorIndex(48), weight)
+        self.ids = [f"m{i}" for i in range(600)]
+        self.turns.upsert(self.ids, self.matrix, fit=False)
+        self.upsert([(f"m{i}", f"s{i % 30}", i) for i in range(600)])
+        self.full = self.index.nbytes / len(self)
+        self.fit_if_grown()
+
+    def exact(self, query: np.ndarray) -> dict[str, float]:
+        return {i: float(self.key(i) @ query) for i in self.ids if i in self.turns}
+
+
+def test_projected_keys_are_scored_exactly_and_find_the_best_in_less_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = Projected(monkeypatch)
+    assert keys.projected
+    assert keys.index.nbytes / len(keys) < keys.full / 2
+    found_share = []
+    for q in keys.matrix[:20]:
+        exact = keys.exact(q)
+        assert keys.scores(keys.ids[:50], q) == pytest.approx(
+            {i: exact[i] for i in keys.ids[:50]}, abs=1e-4)
+        found = keys.search(q, 0.2, 10)
+        assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
+        assert all(score == pytest.approx(exact[i], abs=1e-4) and score > 0.2
+                   for i, score in found)
+        best = sorted(exact, key=lambda i: -exact[i])[:10]
+        found_share.append(len({i for i, _ in found} & set(best)) / 10)
+    assert np.mean(found_share) >= 0.95  # candidates from 16 of 48 coordinates
+
+
+def test_projected_moments_estimate_the_keys_scores_and_forget_with_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = Projected(monkeypatch)
+    q = keys.matrix[3]
+    scores = np.array(list(keys.exact(q).values()))
+    mean, spread = keys.moments(q) or (0.0, 0.0)
+    assert mean == pytest.approx(scores.mean(), abs=0.01)
+    assert spread == pytest.approx(scores.std(), abs=0.01)
+    keys.turns.remove(["m7"])
+    keys.remove(["m7"])
+    assert "m7" not in keys.index
+    assert keys.scores(["m7"], q) == {}
+    assert keys._sample is None  # no key of a forgotten turn is kept for the moments

@@ -14,6 +14,7 @@ from memq.clock import now_rfc3339, uuid7
 from memq.config import DEFAULT_MODEL_NAME, Config
 from memq.errors import EventsRejected
 from memq.events import Event, EventType
+from memq.store.read import neighbourhoods
 from memq.store.read.pool import ReadPool
 from memq.store.read.scope import Scope
 from memq.store.read.vector_cache import VectorCache
@@ -218,3 +219,31 @@ def test_a_scope_is_loaded_through_its_own_index(config: Config, client: MemoryC
         plan = " ".join(str(r[-1]) for r in conn.execute(
             f"EXPLAIN QUERY PLAN {sql}", {**scope.params(), "high": 1}))
     assert f"USING INDEX {scope.index}" in plan
+
+
+def test_a_large_scopes_keys_are_projected_and_still_scored_exactly(
+        client: MemoryClient, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(neighbourhoods, "PROJECT_FROM", 64)
+    monkeypatch.setattr(neighbourhoods, "KEPT_DIMS", 48)
+    readers = ReadPool(config.db_path)
+    cache = VectorCache(readers, model_name=DEFAULT_MODEL_NAME, dim=DIM, context_weight=0.5)
+    try:
+        ids = appended(client, "s1", 100)
+        vectors = unit_vectors(100, seed=2)
+        send_embeddings(client, ids, vectors)
+        scope = Scope("s1")
+        query = vectors[10]
+        found = cache.search(scope, query, -1.0, 5, keys=True)
+        entry = cache._entries[scope.key]
+        assert entry.keys is not None
+        assert entry.keys.projected
+        assert entry.keys.index.dim == 48
+        exact = {i: float(entry.keys.key(i) @ query) for i in ids}
+        assert dict(found) == pytest.approx({i: exact[i] for i, _ in found}, abs=1e-4)
+        assert found[0][0] == ids[10]
+        cache.discard(scope, [ids[10]])
+        again = cache.search(scope, query, -1.0, 5, keys=True)
+        assert ids[10] not in {i for i, _ in again}
+        assert cache.scores(scope, [ids[10]], query, keys=True) == {}
+    finally:
+        readers.close()
