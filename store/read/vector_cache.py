@@ -39,8 +39,8 @@ from memq.store.read.vector_index import VectorIndex
 
 DEFAULT_MAX_VECTORS = 200_000
 """About 95 MiB at 384 dimensions (496 bytes a vector, see :mod:`store.read.vector_index`),
-and half as much again for the scopes the recall profile searches (their contextual keys,
-projected: see :mod:`store.read.neighbourhoods`)."""
+and for the scopes the recall profile searches their contextual keys: as much again, half
+as much once a scope is large (see :mod:`store.read.neighbourhoods`)."""
 
 LOAD_CHUNK = 8192
 """Rows decoded at a time when a session is loaded or refreshed."""
