@@ -40,14 +40,16 @@ STOPWORDS = frozenset(re.split(
     on once only or other our ours ourselves out over own same she should so some such than
     that the their theirs them themselves then there these they this those through to too
     under until up us very was we were what when where which while who whom whose why will
-    with would you your yours yourself yourselves
-    s t d ll m re ve don doesn didn isn aren wasn weren haven hasn hadn wouldn couldn shouldn""",
+    with would you your yours yourself yourselves""",
 ))
-"""English function words: they match most turns and say little about any. The last line
-is what the tokenizer leaves of contractions ("Caroline's", "don't", "we've"): "s" alone
-was in half the turns of a 100,000-turn history, and BM25 read every one of them for the
-many questions with a possessive (bench/context.py --realistic: the lexical search's p95
-45 -> 24 ms)."""
+"""English function words: they match most turns and say little about any."""
+
+_CONTRACTION = re.compile(r"\w+n['’]t\b|['’](?:s|d|ll|m|re|ve)\b", re.IGNORECASE)
+"""A negated auxiliary, whole ("don't", "isn't": function words), and the ending of any
+other contraction ("Caroline's", "we've"), taken out of a query before its words are
+read: the tokenizer made "s" of a possessive, in half the turns of a 100,000-turn history,
+and BM25 read every one of them for the many questions with one (bench/context.py
+--realistic: the lexical search's p95 45 -> 24 ms). A name such as "Don" stays a word."""
 
 _SEARCH = f"""
     SELECT m.id, -bm25(messages_fts, ?, ?, ?, ?) AS score
@@ -70,7 +72,8 @@ _ERASING = "SELECT EXISTS (SELECT 1 FROM erasing)"
 
 def terms(query: str) -> list[str]:
     """The distinct, case-folded words of ``query`` to search, function words dropped."""
-    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))
+    words = list(dict.fromkeys(
+        w.casefold() for w in _WORD.findall(_CONTRACTION.sub(" ", query))))
     content = [w for w in words if w not in STOPWORDS]
     return (content or words)[:MAX_TERMS]
 

@@ -139,11 +139,15 @@ def test_function_words_are_dropped_unless_nothing_else_is_left(log: EventLog) -
     assert search(log, "Who are you?") == [ids[0]]
 
 
-def test_what_contractions_leave_is_dropped_with_the_function_words(log: EventLog) -> None:
-    ids = record(log, "Caroline's painting of the lake", "it's a sunny day, isn't it")
-    assert lexical_query.terms("What's Caroline's painting? Don't we've it?") == [
+def test_contractions_leave_no_fragment_and_take_no_word_with_them(log: EventLog) -> None:
+    ids = record(log, "Caroline's painting of the lake", "it's a sunny day, isn't it",
+                 "Don moved to New Haven in March")
+    assert lexical_query.terms("What's Caroline’s painting? Don't we've it? I'd won't") == [
         "caroline", "painting"]
     assert search(log, "What is Caroline's painting?") == [ids[0]]
+    assert lexical_query.terms("Tell me about Don in New Haven, re: March") == [
+        "tell", "don", "new", "haven", "re", "march"]
+    assert search(log, "Where did Don move?")[0] == ids[2]
 
 
 def test_long_query_searches_its_first_words(log: EventLog) -> None:
