@@ -133,6 +133,8 @@ class VectorIndex:
                 self._pos[moved] = at
                 for array in self._arrays():
                     array[at] = array[last]
+            for array in self._arrays():  # the spare row keeps nothing of a removed vector
+                array[last] = 0
             self._ids.pop()
             dropped += 1
         return dropped

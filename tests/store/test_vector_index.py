@@ -134,6 +134,14 @@ def test_a_block_of_vanishing_coordinates_is_stored_as_zeros_without_a_division_
     assert index.scores(["tiny"], tiny)["tiny"] == pytest.approx(1.0)
 
 
+def test_a_removed_vector_leaves_nothing_in_the_spare_rows() -> None:
+    matrix = clustered(30, seed=8)
+    index, ids = build(matrix)
+    index.remove([ids[-1], ids[3]])  # the last row, and one whose hole the last fills
+    for array in index._arrays():
+        assert not np.any(array[len(index):len(ids)])
+
+
 def test_threshold_is_strict() -> None:
     matrix = clustered(20)
     index, _ = build(matrix)
