@@ -347,18 +347,23 @@ class Writer:
         merge of a large index delays a forget's end by no more than its own length."""
         tidy = idle and self.untidy and not (self.erasing and self._tidied_last)
         if tidy:
-            self.untidy = self.tidy_step(stop)
+            self.untidy = self.tidy_step()
         elif self.erasing:
             self.erasing = self.erase_step(stop)
         self._tidied_last = tidy
 
-    def tidy_step(self, stop: threading.Event | None = None) -> bool:
+    def tidy_step(self) -> bool:
         """One bounded step of merging the lexical index, in a transaction of its own;
-        whether there may be more."""
-        def tidy() -> bool:
+        whether there may be more. Never waited out as a batch is: a merge that cannot
+        commit (a disk too full for its new pages) is left until the next batch, which
+        may still fit where it does not."""
+        try:
             with self._transaction("a step of merging the lexical index") as cur:
                 return lexical.tidy(cur)
-        return self._retry(tidy, stop)
+        except StoreError as exc:
+            log(logger, "merging the lexical index failed; left for later", logging.WARNING,
+                error=str(exc))
+            return False
 
     def _erase_step_in_transaction(self, effects: Effects) -> bool:
         effects.clear()  # a try rolled back leaves nothing to follow up

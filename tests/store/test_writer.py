@@ -18,7 +18,7 @@ from memq.clock import now_rfc3339, uuid7
 from memq.config import Config, WriterConfig
 from memq.errors import WriterAlreadyRunning, WriterFailed
 from memq.events import Event, EventType, encode
-from memq.store import rebuild
+from memq.store import lexical, rebuild
 from memq.store.write.writer import Writer
 from memq.testing import WriterThread
 from tests.conftest import ROOT, memq_command, start_writer_process
@@ -78,7 +78,7 @@ def test_merging_and_erasing_take_turns_and_merging_waits_for_an_idle_moment(
         config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
     writer = Writer.open(config, redis.Redis.from_url(config.redis_url))
     done: list[str] = []
-    monkeypatch.setattr(writer, "tidy_step", lambda stop=None: done.append("merge") or True)
+    monkeypatch.setattr(writer, "tidy_step", lambda: done.append("merge") or True)
     monkeypatch.setattr(writer, "erase_step", lambda stop=None: done.append("erase") or True)
     try:
         writer.untidy = writer.erasing = True
@@ -89,6 +89,24 @@ def test_merging_and_erasing_take_turns_and_merging_waits_for_an_idle_moment(
         for _ in range(3):
             writer.upkeep(idle=True)
         assert done == ["merge"] * 3  # alone, a merge goes on while nothing else waits
+    finally:
+        writer.close()
+
+
+def test_a_merge_that_cannot_commit_is_left_for_later_and_holds_nothing_up(
+        config: Config, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = Writer.open(config, redis.Redis.from_url(config.redis_url))
+
+    def full(cur: apsw.Cursor) -> bool:
+        raise apsw.FullError("database or disk is full")
+
+    monkeypatch.setattr(lexical, "tidy", full)
+    try:
+        with caplog.at_level("WARNING", logger="memq.writer"):
+            assert writer.tidy_step() is False  # not retried until the disk has room
+        assert "merging the lexical index failed" in caplog.text
+        assert writer.conn.get_autocommit()  # rolled back: the next batch may commit
     finally:
         writer.close()
 
