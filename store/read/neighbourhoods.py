@@ -116,7 +116,9 @@ class Neighbourhoods:
         if not present:
             return {}
         keys = self._keys(present, self.turns.stored).astype(np.float64)
-        values = keys @ self.turns.turned(query).astype(np.float64)
+        # Row by row, as VectorIndex._precise: BLAS may sum a row in another order
+        # depending on how many rows it gets, and a score must not depend on the call.
+        values = (keys * self.turns.turned(query).astype(np.float64)).sum(axis=1)
         return {message_id: float(v) for message_id, v in zip(present, values, strict=True)}
 
     def moments(self, query: np.ndarray) -> tuple[float, float] | None:
