@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import apsw
@@ -48,13 +49,11 @@ def test_losing_the_writers_disk_loses_no_acknowledged_event(
     wait_until(lambda: any(replica.rglob("*.ltx")), "Litestream to ship something")
     # Litestream paused while the writer goes on: the replica is then surely behind the
     # writer when both die (left to timing, Litestream had sometimes just caught up).
-    replicate.popen.send_signal(signal.SIGSTOP)
     # The writer commits in SQLite first and moves the commit position in Redis after: the
     # batch in hand at the pause may be committed, shipped by Litestream just before it
     # stopped, and only then show in the position. The batch after it began its transaction
     # once Litestream was stopped: wait for that one, then for commits beyond it.
-    in_hand = committed(broker)
-    wait_until(lambda: committed(broker) > in_hand, "the batch in hand at the pause")
+    pause_litestream(replicate, broker)
     paused_at = committed(broker)
     wait_until(lambda: committed(broker) > paused_at, "commits the replica has not got")
     at_kill = committed(broker)
@@ -114,3 +113,20 @@ def _caught_up(output: str) -> int:
         if "caught up with the inbox" in line:
             return int(orjson.loads(line).get("entries", 0))
     return 0
+
+
+def pause_litestream(replicate: Proc, broker: redis.Redis) -> None:
+    """SIGSTOP Litestream once the writer goes on committing without it. Stopped inside
+    its checkpoint, it holds the database's write lock and the writer can commit nothing
+    ("database is locked", once in a CI run): then let it go on a moment and try again."""
+    for _ in range(10):
+        replicate.popen.send_signal(signal.SIGSTOP)
+        in_hand = committed(broker)
+        deadline = time.monotonic() + 8.0
+        while time.monotonic() < deadline:
+            if committed(broker) > in_hand:
+                return
+            time.sleep(0.05)
+        replicate.popen.send_signal(signal.SIGCONT)
+        time.sleep(0.5)
+    pytest.fail("the writer committed nothing whenever Litestream was paused")
