@@ -35,15 +35,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-from memq.store.read.vector_index import (
-    FIT_SAMPLE,
-    MOMENTS_SAMPLE,
-    REFIT_GROWTH,
-    VectorIndex,
-)
+from memq.store.read.vector_index import FIT_SAMPLE, REFIT_GROWTH, VectorIndex
 
 PROJECT_FROM = 32_768
 """Keys a scope needs before its index keeps them projected. Below, full keys take at most
@@ -60,6 +56,19 @@ more a call at 100,119 turns for the same recall (bench/context.py --realistic).
 
 PROJECT_CHUNK = 8192
 """Keys computed at a time when a scope's keys are projected (no (rows, dim) copy)."""
+
+SAMPLE_GROWTH = 1.1
+"""The keys :meth:`Neighbourhoods.moments` estimates from are taken again once the set has
+grown by this factor (or a turn left it, or the turns' basis changed): taken again after
+every new turn, they cost 30 ms of the call that followed it at 100,000 turns."""
+
+
+class _Sample(NamedTuple):
+    basis: np.ndarray | None
+    """The turns' basis the keys are in."""
+    size: int
+    """Keys in the set when they were taken."""
+    keys: np.ndarray
 
 
 class Neighbourhoods:
@@ -78,9 +87,8 @@ class Neighbourhoods:
         self._axes: np.ndarray | None = None
         """(dim, KEPT_DIMS): the keys' principal axes once projected; None: full keys."""
         self._projected_rows = 0
-        self._sample: tuple[np.ndarray | None, np.ndarray] | None = None
-        """Keys of evenly spaced turns in the turns' basis (and that basis), for
-        :meth:`moments` while projected; dropped whenever a key changes."""
+        self._sample: _Sample | None = None
+        """Keys of evenly spaced turns, for :meth:`moments` while projected."""
 
     def __len__(self) -> int:
         return len(self._place)
@@ -88,7 +96,7 @@ class Neighbourhoods:
     @property
     def nbytes(self) -> int:
         """The keys' arrays (the turns' vectors are their index's)."""
-        extra = [a for a in (self._axes, self._sample and self._sample[1]) if a is not None]
+        extra = [a for a in (self._axes, self._sample and self._sample.keys) if a is not None]
         return self.index.nbytes + sum(int(a.nbytes) for a in extra)
 
     @property
@@ -125,15 +133,15 @@ class Neighbourhoods:
         """Mean and spread of ``query``'s dot product with the keys (see VectorIndex)."""
         if self._axes is None:
             return self.index.moments(query)
-        basis = self.turns.basis
-        if self._sample is None or self._sample[0] is not basis:
-            present = [i for i in self._place if i in self.turns]
-            if not present:
+        sample = self._sample
+        if (sample is None or sample.basis is not self.turns.basis
+                or len(self.index) > SAMPLE_GROWTH * sample.size):
+            spaced = [i for i in self.index.spaced() if i in self.turns]
+            if not spaced:
                 return None
-            step = max(1, len(present) // MOMENTS_SAMPLE)
-            self._sample = (basis, self._keys(present[::step][:MOMENTS_SAMPLE],
-                                              self.turns.stored))
-        scores = self._sample[1].astype(np.float64) @ self.turns.turned(query).astype(np.float64)
+            sample = self._sample = _Sample(self.turns.basis, len(self.index),
+                                            self._keys(spaced, self.turns.stored))
+        scores = sample.keys.astype(np.float64) @ self.turns.turned(query).astype(np.float64)
         return float(scores.mean()), float(scores.std())
 
     # -- changing the set ---------------------------------------------------------------
@@ -204,7 +212,6 @@ class Neighbourhoods:
         present = sorted(i for i in ids if i in self._place and i in self.turns)
         if not present:
             return
-        self._sample = None
         keys = self._keys(present, self.turns.vectors)
         if self._axes is not None:
             keys = keys @ self._axes

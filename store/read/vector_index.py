@@ -319,12 +319,23 @@ class VectorIndex:
         n = len(self._ids)
         if n == 0:
             return None
-        rows = slice(0, n) if n <= MOMENTS_SAMPLE else np.linspace(0, n - 1, MOMENTS_SAMPLE,
-                                                                    dtype=np.int64)
+        rows = self._spaced_rows()
         parts = self._split(query)
         scores = np.asarray(sum(self._block_dot(k, rows, part) for k, part in enumerate(parts)),
                             dtype=np.float64)
         return float(scores.mean()), float(scores.std())
+
+    def spaced(self) -> list[str]:
+        """The ids :meth:`moments` reads: every one up to :data:`MOMENTS_SAMPLE`, that many
+        evenly spaced beyond."""
+        rows = self._spaced_rows()
+        return self._ids[rows] if isinstance(rows, slice) else [self._ids[r] for r in rows]
+
+    def _spaced_rows(self) -> slice | np.ndarray:
+        n = len(self._ids)
+        if n <= MOMENTS_SAMPLE:
+            return slice(0, n)
+        return np.linspace(0, n - 1, MOMENTS_SAMPLE, dtype=np.int64)
 
     def _precise(self, rows: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
         """Scores of a few rows in float64, summed row by row.

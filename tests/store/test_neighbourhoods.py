@@ -170,3 +170,24 @@ def test_projected_moments_estimate_the_keys_scores_and_forget_with_them(
     assert "m7" not in keys.index
     assert keys.scores(["m7"], q) == {}
     assert keys._sample is None  # no key of a forgotten turn is kept for the moments
+
+
+def test_the_moments_sample_is_taken_again_as_the_set_grows_not_at_each_turn(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = Projected(monkeypatch)
+    q = keys.matrix[3]
+    keys.moments(q)
+    taken = keys._sample
+
+    def add(n: int, start: int) -> None:
+        new = keys.matrix[:n]
+        fresh = [f"n{start + i}" for i in range(n)]
+        keys.turns.upsert(fresh, new, fit=False)
+        keys.upsert([(f"n{start + i}", "s0", 10_000 + start + i) for i in range(n)])
+
+    add(1, 0)
+    keys.moments(q)
+    assert keys._sample is taken  # one turn more: the estimate stands
+    add(60, 1)  # past a tenth more
+    keys.moments(q)
+    assert keys._sample is not taken
