@@ -82,7 +82,8 @@ def tidy(cur: apsw.Cursor) -> bool:
     level: a forget's in-place delete seeks every word of a message in every segment, so
     it cost ~3x more with the ten segments 20,000 turns left than with one or two
     (bench/forget_stall.py). Migration 0034 lets a level of two be merged; the writer
-    calls this while no batch waits, before any step of a forget.
+    calls this while no batch waits, taking turns with a forget's steps
+    (``Writer.upkeep``).
     """
     conn = cur.getconnection()
     before = conn.total_changes()
