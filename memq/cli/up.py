@@ -310,8 +310,7 @@ def _drain_inbox(supervisor: Supervisor, config: Config) -> Any:
         with broker.translated(config.redis_url, "waiting for the inbox to drain"):
             # Committed up to the last entry sent, not an empty stream: with a replica, the
             # writer keeps acknowledged entries for a while ([replication] keep_inbox_s).
-            while not caught_up(committed_marks(client),
-                                       inbox_marks(client)):
+            while not caught_up(committed_marks(client), inbox_marks(client)):
                 if time.monotonic() >= deadline:
                     supervisor.say("inbox entries not committed yet; they stay in Redis for "
                                    "the next start")

@@ -99,7 +99,7 @@ return {moved, failure}
 """
 """KEYS: the queue, its relayed count, the stream; ARGV: how many items at most, how far
 ahead of Redis' clock a stream id may be (ms). Nothing moves into a stream whose last id
-a sender chose (see :func:`memq.plausible`): the ids Redis would stamp after it
+a sender chose (see :func:`memq.inbox.plausible`): the ids Redis would stamp after it
 are as bad, and the writer would set the items aside with them. They wait, and move once
 the writer has set that entry aside and brought the stream back (``Inbox.repair_ids``)."""
 
