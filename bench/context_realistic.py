@@ -196,7 +196,34 @@ def run_size(n: int, originals: list[locomo.Conversation], store: TextVectors,
         grown = (memory_kib("VmRSS") - rss) / 1024
         base = baselines(client, asked)
         cache_bytes = client.vector_cache.nbytes
+        keys = projection(client, asked)
     report(n, replicas.count(history), build_s, reused, cold, found, base, cache_bytes, grown)
+    print(f"  contextual keys: {keys}")
+
+
+def projection(client: MemoryClient, asked: list[Asked], best: int = 50) -> str:
+    """What projecting the scope's contextual keys (store/read/neighbourhoods.py) loses:
+    of each question's exact best ``best`` keys, computed for every turn from the turns'
+    own vectors, the share a projected search returns."""
+    scope = Scope(asked[0].conversation.memq_session(None, "user"), "user", USER)
+    keys = client.vector_cache._entries[scope.key].keys
+    if keys is None or not keys.projected:
+        return "whole (a search over them is exact)"
+    ids = list(keys.index._ids)
+    queries = np.stack([keys.turns.turned(a.vector) for a in asked])
+    top = np.full((len(asked), 0), -np.inf, dtype=np.float32)
+    rows = np.zeros((len(asked), 0), dtype=np.int64)
+    for at in range(0, len(ids), 8192):  # chunked: every key at once would not fit at 1M
+        scores = queries @ keys._keys(ids[at:at + 8192], keys.turns.stored).T
+        top = np.concatenate([top, scores], axis=1)
+        rows = np.concatenate([rows, np.broadcast_to(np.arange(at, at + scores.shape[1]),
+                                                     scores.shape)], axis=1)
+        keep = np.argsort(-top, axis=1)[:, :best]
+        top, rows = np.take_along_axis(top, keep, 1), np.take_along_axis(rows, keep, 1)
+    found = [len({ids[r] for r in exact} & {i for i, _ in keys.search(a.vector, -np.inf, best)})
+             / best for a, exact in zip(asked, rows, strict=True)]
+    return (f"projected; a search returns {np.mean(found):.4f} of the exact best {best} "
+            f"(lowest {min(found):.2f})")
 
 
 def report(n: int, turns: int, build_s: float, reused: int, cold: float,

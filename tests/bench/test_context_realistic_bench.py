@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench import context_realistic
+from memq.store.read import neighbourhoods
 from tests.bench.test_retrieval_bench import small_file
 from tests.conftest import MODEL_DIR
 
@@ -15,7 +16,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.model]
 
 
 def test_the_realistic_bench_prints_latency_recall_baselines_and_memory(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     args = ["--data", str(small_file(tmp_path, conversations=2)), "--sizes", "20,200",
             "--calls", "3", "--cache", str(tmp_path / "cache"), "--model-dir", str(MODEL_DIR),
@@ -31,5 +32,10 @@ def test_the_realistic_bench_prints_latency_recall_baselines_and_memory(
     for line in ("get_context, user scope", "BM25 top-20", "cosine top-20"):
         assert len(re.findall(rf"{line} +p50 +[\d.]+ ms +p95 +[\d.]+ ms", out)) == 2, line
     assert re.search(r"vector cache \d+ MiB \(\d+ MiB per 100,000 vectors\)", out)
+    assert "contextual keys: whole (a search over them is exact)" in out  # small: not projected
+    monkeypatch.setattr(neighbourhoods, "PROJECT_FROM", 100)  # as a large history's
     context_realistic.main(args)
-    assert "embedded" not in capsys.readouterr().out  # every vector came from the cache
+    out = capsys.readouterr().out
+    assert "embedded" not in out  # every vector came from the cache
+    assert re.search(r"contextual keys: projected; a search returns [01]\.\d{4} of the "
+                     r"exact best 50 \(lowest [01]\.\d\d\)", out)
