@@ -44,7 +44,7 @@ STOPWORDS = frozenset(re.split(
 ))
 """English function words: they match most turns and say little about any."""
 
-_CONTRACTION = re.compile(r"\w+n['’]t\b|['’](?:s|d|ll|m|re|ve)\b", re.IGNORECASE)
+_CONTRACTION = re.compile(r"\b\w+n['’]t\b|['’](?:s|d|ll|m|re|ve)\b", re.IGNORECASE)
 """A negated auxiliary, whole ("don't", "isn't": function words), and the ending of any
 other contraction ("Caroline's", "we've"), taken out of a query before its words are
 read: the tokenizer made "s" of a possessive, in half the turns of a 100,000-turn history,

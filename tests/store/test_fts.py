@@ -150,6 +150,13 @@ def test_contractions_leave_no_fragment_and_take_no_word_with_them(log: EventLog
     assert search(log, "Where did Don move?")[0] == ids[2]
 
 
+def test_a_long_query_is_read_in_one_pass() -> None:
+    # Contractions were found by a pattern that tried every position of a long word:
+    # 100,000 letters took 43 s of a reader's thread, from any caller with a query.
+    assert lexical_query.terms("an" * 1_000_000) == ["an" * 1_000_000]
+    assert lexical_query.terms("n't" * 500_000)[:1] == ["n"]
+
+
 def test_long_query_searches_its_first_words(log: EventLog) -> None:
     ids = record(log, "word1 is here")
     query = " ".join(f"word{i}" for i in range(1, 500))
