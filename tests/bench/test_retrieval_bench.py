@@ -125,10 +125,17 @@ def test_the_bench_refuses_a_bad_file_or_profile(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not DEV_FILE.exists(), reason=f"{DEV_FILE} is absent")
-def test_recall_reaches_its_goal_on_the_development_file(
-    capsys: pytest.CaptureFixture[str]
+def test_recall_reaches_its_goal_on_a_development_conversation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scores = retrieval.evaluate(DEV_FILE, [1, 2, 3, 4], retrieval.Run(("recall",), False))
+    """One real conversation (of the three: its 419 turns are what embedding costs, a
+    third of the file's), whose questions span the four categories; the whole file's
+    figures are measured by the bench itself (README, docs/retrieval.md)."""
+    one = tmp_path / "conv-26.json"
+    whole = orjson.loads(DEV_FILE.read_bytes())
+    one.write_bytes(orjson.dumps([c for c in whole if c["sample_id"] == "conv-26"]))
+    scores = retrieval.evaluate(one, [1, 2, 3, 4], retrieval.Run(("recall",), False))
     print(capsys.readouterr().out)
-    assert sum(len(v) for v in scores["recall"].recall.values()) == 383
-    assert scores["recall"].mean() >= 0.70
+    recall = scores["recall"].recall
+    assert sorted(recall) == [1, 2, 3, 4] and sum(len(v) for v in recall.values()) == 150
+    assert scores["recall"].mean() >= 0.80  # 0.842 when this was written
