@@ -12,9 +12,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 from tokenizers import Tokenizer
 
 from memq import MemoryClient
@@ -30,6 +28,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 def tiny_cross_encoder(where: Path) -> Path:
     """A model directory in fastembed's layout: score = mean token id of the pair
     (padding left out: sum of ids under the mask / length)."""
+    import onnx  # here, not at the top: a second and a half of every test process's start
+    from onnx import TensorProto, helper
+
     where.mkdir()
     for name in TOKENIZER_FILES:
         shutil.copyfile(MODEL_DIR / name, where / name)
