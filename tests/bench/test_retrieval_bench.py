@@ -137,5 +137,6 @@ def test_recall_reaches_its_goal_on_a_development_conversation(
     scores = retrieval.evaluate(one, [1, 2, 3, 4], retrieval.Run(("recall",), False))
     print(capsys.readouterr().out)
     recall = scores["recall"].recall
-    assert sorted(recall) == [1, 2, 3, 4] and sum(len(v) for v in recall.values()) == 150
+    assert sorted(recall) == [1, 2, 3, 4]
+    assert sum(len(v) for v in recall.values()) == 150
     assert scores["recall"].mean() >= 0.80  # 0.842 when this was written
