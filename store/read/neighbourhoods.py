@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from memq.store.read.vector_index import FIT_SAMPLE, REFIT_GROWTH, VectorIndex
+from memq.store.read.vector_index import FIT_SAMPLE, REFIT_GROWTH, VectorIndex, principal_axes
 
 PROJECT_FROM = 32_768
 """Keys a scope needs before its index keeps them projected. Below, full keys take at most
@@ -246,10 +246,9 @@ class Neighbourhoods:
         on up to FIT_SAMPLE of them), in a new index."""
         present = [i for i in self._place if i in self.turns]
         step = max(1, len(present) // FIT_SAMPLE)
-        sample = self._keys(present[::step], self.turns.vectors).astype(np.float64)
-        _, axes = np.linalg.eigh(sample.T @ sample)
+        axes = principal_axes(self._keys(present[::step], self.turns.vectors))
         kept = min(KEPT_DIMS, self.turns.dim)
-        self._axes = np.ascontiguousarray(axes[:, ::-1][:, :kept], dtype=np.float32)
+        self._axes = np.ascontiguousarray(axes[:, :kept], dtype=np.float32)
         self.index = VectorIndex(kept)
         for at in range(0, len(present), PROJECT_CHUNK):
             chunk = present[at:at + PROJECT_CHUNK]

@@ -20,6 +20,11 @@ coordinate there maps to 127): 496 bytes a row instead of 1,544. The stored vect
 dequantized one: the norms, bounds and scores are computed from it, so a search is exact
 over what is stored, and what is stored is within ~0.4% per coordinate of what was given
 (cosine > 0.9999 to it; the model's own int8 weights move a vector further).
+
+The principal axes are fitted on a sample of the rows, and an exact eigenbasis keeps a
+trace of each row it saw: with every other row known, the one missing (a forgotten turn)
+could be read back from the axes. So the axes are those of the sample's Gram matrix plus
+symmetric Gaussian noise drawn afresh and never kept (:func:`principal_axes`).
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ REFIT_GROWTH = 4
 
 FIT_SAMPLE = 20_000
 """Rows sampled to estimate the principal axes (384 x 384, so a sample suffices)."""
+
+AXES_NOISE = 0.5
+"""The noise's scale on each entry of the Gram matrix the axes are fitted on. One unit row
+adds a rank-one matrix of norm 1; in symmetric noise of scale s it can be told apart only
+above s * sqrt(dim) (the spiked Wigner model's threshold): 9.8 for 384 dimensions, ten
+times what a row adds. The noise's own norm (~2 s sqrt(dim), 20) is far below the
+eigenvalues of the leading axes (thousands over 20,000 rows), which are what a search and
+a projection use."""
 
 BOUND_SLACK = 1e-4
 """Margin for float32 rounding between a bound and the exact score."""
@@ -196,9 +209,7 @@ class VectorIndex:
         pick = np.arange(n)
         if n > FIT_SAMPLE:
             pick = np.sort(np.random.default_rng(n).choice(n, FIT_SAMPLE, replace=False))
-        sample = self._rows(pick).astype(np.float64)
-        _, axes = np.linalg.eigh(sample.T @ sample)
-        turn = np.ascontiguousarray(axes[:, ::-1], dtype=np.float32)  # largest first
+        turn = np.ascontiguousarray(principal_axes(self._rows(pick)), dtype=np.float32)
         # Block by block: the rows are never copied into one (n, dim) matrix first.
         rotated = sum(self._block(k, slice(0, n)) @ turn[lo:hi]
                       for k, (lo, hi) in enumerate(self.spans))
@@ -352,6 +363,20 @@ class VectorIndex:
         if self._rotation is not None:
             q = q @ self._rotation
         return [np.ascontiguousarray(q[lo:hi]) for lo, hi in self.spans]
+
+
+def principal_axes(sample: np.ndarray, noise: float | None = None,
+                   rng: np.random.Generator | None = None) -> np.ndarray:
+    """The principal axes of ``sample``'s rows (uncentred: of dot products), as columns,
+    the largest first; fitted so that they give away no one row (:data:`AXES_NOISE`, or
+    ``noise``; drawn from ``rng``, by default a fresh generator)."""
+    rows = np.asarray(sample, dtype=np.float64)
+    gram = rows.T @ rows
+    scale = AXES_NOISE if noise is None else noise
+    drawn = (rng or np.random.default_rng()).standard_normal(gram.shape) * scale
+    gram += (drawn + drawn.T) / np.sqrt(2.0)
+    _, axes = np.linalg.eigh(gram)
+    return np.asarray(axes[:, ::-1])
 
 
 def _near_the_top(rows: np.ndarray, approx: np.ndarray, threshold: float, limit: int) -> np.ndarray:

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from memq.store.read.vector_index import BLOCK_EDGES, FIT_MIN_ROWS, VectorIndex
+from memq.store.read.vector_index import BLOCK_EDGES, FIT_MIN_ROWS, VectorIndex, principal_axes
 
 DIM = 384
 
@@ -140,6 +140,65 @@ def test_a_removed_vector_leaves_nothing_in_the_spare_rows() -> None:
     index.remove([ids[-1], ids[3]])  # the last row, and one whose hole the last fills
     for array in index._arrays():
         assert not np.any(array[len(index):len(ids)])
+
+
+def recovered(axes: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """An attack on axes fitted on every row: with the other rows known, the axes give
+    away the one missing. In the exact axes E of G + v v', E'(G + v v')E is diagonal, so
+    the off-diagonal part of E'GE is -w w', w = E'v; its leading eigenvector gives w."""
+    rank_one = -(axes.T @ (others.T.astype(np.float64) @ others) @ axes)
+    np.fill_diagonal(rank_one, 0.0)
+    for _ in range(100):  # the diagonal of w w' is unknown: estimated, again and again
+        values, vectors = np.linalg.eigh(rank_one)
+        w = vectors[:, -1] * np.sqrt(max(values[-1], 0.0))
+        np.fill_diagonal(rank_one, w**2)
+    guess = axes @ w
+    return np.asarray(guess / max(float(np.linalg.norm(guess)), 1e-12))
+
+
+def anisotropic(rows: int, dim: int, seed: int) -> np.ndarray:
+    raw = np.random.default_rng(seed).standard_normal((rows, dim)) * np.geomspace(4, 0.2, dim)
+    return raw / np.linalg.norm(raw, axis=1, keepdims=True)
+
+
+def test_the_principal_axes_give_away_no_row_and_keep_the_leading_energy() -> None:
+    sample = anisotropic(2000, 64, seed=5)
+    secret, others = sample[17], np.delete(sample, 17, axis=0)
+    exact = principal_axes(sample, noise=0.0)
+    assert abs(float(recovered(exact, others) @ secret)) > 0.99  # the attack works...
+    for seed in range(5):
+        noisy = principal_axes(sample, rng=np.random.default_rng(seed))
+        assert abs(float(recovered(noisy, others) @ secret)) < 0.4  # ... not through noise
+        # what a search and a projection use: the energy along the leading axes
+        for kept in (8, 16, 32):
+            along = np.sum((sample @ noisy[:, :kept]) ** 2)
+            assert along >= 0.99 * np.sum((sample @ exact[:, :kept]) ** 2)
+
+
+def test_an_index_is_rotated_into_noisy_axes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the index keeps is fitted through :func:`principal_axes` and its noise: its
+    axes do not make its rows' Gram matrix diagonal, which exact ones would."""
+    from memq.store.read import vector_index
+
+    matrix = anisotropic(FIT_MIN_ROWS, 64, seed=6).astype(np.float32)
+
+    def off_diagonal(noise: float) -> tuple[float, float]:
+        monkeypatch.setattr(vector_index, "AXES_NOISE", noise)
+        index = VectorIndex(64, edges=())  # one float32 block: the rows kept exactly
+        index.upsert([f"m{i}" for i in range(len(matrix))], matrix)
+        assert index.basis is not None
+        axes = index.basis.astype(np.float64)
+        spread = axes.T @ (matrix.T.astype(np.float64) @ matrix) @ axes
+        guess = recovered(axes, np.delete(matrix, 17, axis=0))
+        off = spread - np.diag(np.diag(spread))
+        return float(np.linalg.norm(off)), abs(float(guess @ matrix[17]))
+
+    default = vector_index.AXES_NOISE
+    exact, found = off_diagonal(0.0)
+    assert exact < 1e-3  # float32 rounding
+    assert found > 0.99  # without the noise, the index's own axes give the row away
+    noisy, _ = off_diagonal(default)
+    assert noisy > 1.0
 
 
 def test_threshold_is_strict() -> None:
