@@ -15,9 +15,6 @@ from typing import Any
 import apsw
 import httpx
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from memq import MemoryClient
 from memq.authority import Role
@@ -42,6 +39,8 @@ def environment() -> dict[str, str]:
 
 async def use_every_tool(server: Any) -> dict[str, Any]:
     """Call each tool as a model would; returns what each answered."""
+    from mcp import Client  # the SDK where used: at the top, 1.2 s of each test process's start
+
     async with Client(server, read_timeout_seconds=60) as mcp:
         listed = await mcp.list_tools()
         answers: dict[str, Any] = {"tools": {t.name: t.description for t in listed.tools}}
@@ -93,6 +92,8 @@ def check_answers(answers: dict[str, Any], config: Config) -> None:
 
 
 def test_every_tool_over_stdio(config: Config, writer: object) -> None:
+    from mcp import StdioServerParameters
+
     command = memq_command("mcp", *store_args(config))
     server = StdioServerParameters(command=command[0], args=command[1:], env=environment(),
                                    cwd=str(ROOT))
@@ -126,6 +127,9 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 def with_token(url: str, token: str) -> Any:
     """The SDK's HTTP transport, sending ``token`` as a bearer token."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
     return streamable_http_client(url, http_client=create_mcp_http_client(
         headers={"Authorization": f"Bearer {token}"}))
 
@@ -198,6 +202,8 @@ def test_http_refuses_a_browser_request_from_another_origin(http_server: str,
 def test_through_memq_serve_the_tools_stay_inside_a_keys_grant(
     config: Config, role_urls: dict[Role, str], writer: object, tmp_path: Path
 ) -> None:
+    from mcp import StdioServerParameters
+
     from memq import RemoteMemoryClient
     from tests.producers.serving import serving
 
@@ -220,6 +226,8 @@ def test_through_memq_serve_the_tools_stay_inside_a_keys_grant(
 
 
 async def _inside_and_outside(server: Any) -> dict[str, Any]:
+    from mcp import Client
+
     async with Client(server, read_timeout_seconds=60) as mcp:
         async def call(tool: str, **arguments: Any) -> Any:
             result = await mcp.call_tool(tool, arguments)

@@ -4,13 +4,12 @@ remote LLM), a real writer and Redis: the SDK's own session behaviour, run on me
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
-from typing import Any
+import types
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
-from agents.memory import Session, SessionSettings
-from agents.testing import ScriptedModel, assistant_message, function_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,42 +18,60 @@ from memq.config import Config
 from memq.integrations.openai_agents import MemqSession
 from tests.consolidation_events import send_summary
 
+if TYPE_CHECKING:
+    from agents import Agent
+    from agents.memory import Session
+    from agents.testing import ScriptedModel
+
 pytestmark = pytest.mark.redis
 
 SESSIONS = itertools.count()
-set_tracing_disabled(True)  # nothing to export traces to here
 
 
-@function_tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return f"Sunny and 21C in {city}"
+@functools.cache
+def sdk() -> types.SimpleNamespace:
+    """The SDK, imported at first use: at the top of this file it cost every test process
+    2.7 s of collection, whichever tests it ran."""
+    import agents
+    from agents import memory, testing
+
+    agents.set_tracing_disabled(True)  # nothing to export traces to here
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"Sunny and 21C in {city}"
+
+    return types.SimpleNamespace(agents=agents, memory=memory, testing=testing,
+                                 get_weather=get_weather)
 
 
 def scripted() -> ScriptedModel:
-    return ScriptedModel([
-        [function_call("get_weather", {"city": "Lisbon"}, call_id="call_1")],
-        [assistant_message("It is sunny in Lisbon.")],
-        [assistant_message("You asked about Lisbon.")],
+    testing = sdk().testing
+    return testing.ScriptedModel([  # type: ignore[no-any-return]
+        [testing.function_call("get_weather", {"city": "Lisbon"}, call_id="call_1")],
+        [testing.assistant_message("It is sunny in Lisbon.")],
+        [testing.assistant_message("You asked about Lisbon.")],
     ])
 
 
 async def run_agent(how: str, agent: Agent, text: str, session: Session) -> Any:
     """One turn, the way the SDK's own session tests run it: run, run_sync, run_streamed."""
+    runner = sdk().agents.Runner
     if how == "run_sync":
         # A thread of its own: run_sync refuses to run inside an event loop.
-        return await asyncio.to_thread(Runner.run_sync, agent, text, session=session)
+        return await asyncio.to_thread(runner.run_sync, agent, text, session=session)
     if how == "run_streamed":
-        streamed = Runner.run_streamed(agent, text, session=session)
+        streamed = runner.run_streamed(agent, text, session=session)
         async for _ in streamed.stream_events():
             pass
         return streamed
-    return await Runner.run(agent, text, session=session)
+    return await runner.run(agent, text, session=session)
 
 
 async def two_turns(session: Session, how: str = "run") -> tuple[ScriptedModel, list[Any]]:
     model = scripted()
-    agent = Agent(name="travel", model=model, tools=[get_weather])
+    agent = sdk().agents.Agent(name="travel", model=model, tools=[sdk().get_weather])
     first = await run_agent(how, agent, "What is the weather in Lisbon?", session)
     assert first.final_output == "It is sunny in Lisbon."
     second = await run_agent(how, agent, "Which city did I ask about?", session)
@@ -66,7 +83,7 @@ async def two_turns(session: Session, how: str = "run") -> tuple[ScriptedModel, 
 def test_an_agent_run_keeps_the_same_items_as_the_sdks_own_session(
         client: MemoryClient, how: str) -> None:
     model, items = asyncio.run(two_turns(MemqSession("s1", client=client), how))
-    _, reference = asyncio.run(two_turns(SQLiteSession("s1"), how))
+    _, reference = asyncio.run(two_turns(sdk().agents.SQLiteSession("s1"), how))
     assert items == reference
     # The second turn's model call saw the first turn, tool call and output included.
     seen = model.calls[-1].input
@@ -96,7 +113,7 @@ def test_memq_sees_the_items_as_turns(client: MemoryClient, config: Config) -> N
 
 
 def test_it_is_an_sdk_session(client: MemoryClient) -> None:
-    assert isinstance(MemqSession("s1", client=client), Session)
+    assert isinstance(MemqSession("s1", client=client), sdk().memory.Session)
 
 
 def test_add_get_limit_pop_and_clear_as_the_sdk_expects(client: MemoryClient) -> None:
@@ -143,7 +160,8 @@ def test_consolidation_leaves_the_items_as_the_sdk_added_them(client: MemoryClie
 
 
 def test_the_session_settings_limit(client: MemoryClient) -> None:
-    session = MemqSession("s1", client=client, session_settings=SessionSettings(limit=3))
+    limit = sdk().memory.SessionSettings(limit=3)
+    session = MemqSession("s1", client=client, session_settings=limit)
     items: list[Any] = [{"role": "user", "content": f"Message {i}"} for i in range(5)]
 
     async def run() -> tuple[list[Any], list[Any]]:
@@ -224,7 +242,7 @@ def test_an_async_client_is_awaited(config: Config, writer: object) -> None:
         try:
             session = MemqSession("a1", client=client)
             _, items = await two_turns(session)
-            _, reference = await two_turns(SQLiteSession("a1"))
+            _, reference = await two_turns(sdk().agents.SQLiteSession("a1"))
             popped = await session.pop_item()
             return items, reference, popped, await session.get_items()
         finally:
