@@ -59,7 +59,8 @@ adds a rank-one matrix of norm 1; in symmetric noise of scale s it can be told a
 above s * sqrt(dim) (the spiked Wigner model's threshold): 9.8 for 384 dimensions, ten
 times what a row adds. The noise's own norm (~2 s sqrt(dim), 20) is far below the
 eigenvalues of the leading axes (thousands over 20,000 rows), which are what a search and
-a projection use."""
+a projection use. It hides a row's direction, not whether a vector one already holds was
+among the rows (docs/benchmarks.md: more noise costs the keys' projection too much)."""
 
 BOUND_SLACK = 1e-4
 """Margin for float32 rounding between a bound and the exact score."""
