@@ -118,15 +118,27 @@ def _caught_up(output: str) -> int:
 def pause_litestream(replicate: Proc, broker: redis.Redis) -> None:
     """SIGSTOP Litestream once the writer goes on committing without it. Stopped inside
     its checkpoint, it holds the database's write lock and the writer can commit nothing
-    ("database is locked", once in a CI run): then let it go on a moment and try again."""
+    ("database is locked", once in a CI run): then let it go on a moment and try again.
+    Two moves of the commit position are waited for: the first may be a batch committed in
+    SQLite before the stop, whose position reached Redis only after it (which is how a
+    CI run got past this and then waited in vain for any commit)."""
     for _ in range(10):
         replicate.popen.send_signal(signal.SIGSTOP)
-        in_hand = committed(broker)
         deadline = time.monotonic() + 8.0
-        while time.monotonic() < deadline:
-            if committed(broker) > in_hand:
-                return
-            time.sleep(0.05)
+        if _moves(broker, 2, deadline):
+            return
         replicate.popen.send_signal(signal.SIGCONT)
         time.sleep(0.5)
     pytest.fail("the writer committed nothing whenever Litestream was paused")
+
+
+def _moves(broker: redis.Redis, times: int, deadline: float) -> bool:
+    """Whether the commit position moves ``times`` times before ``deadline``."""
+    seen = committed(broker)
+    while times and time.monotonic() < deadline:
+        now = committed(broker)
+        if now > seen:
+            seen, times = now, times - 1
+        else:
+            time.sleep(0.05)
+    return times == 0
