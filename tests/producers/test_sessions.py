@@ -33,15 +33,15 @@ def test_an_append_naming_another_user_raises_and_sends_nothing(client: MemoryCl
         with pytest.raises(ValidationError, match=message):
             client.append("s1", "user", "not yours", **owner)
     assert reached(client) == sent
+    client.flush()
+    [info] = client.sessions()
+    assert (info.user_id, info.agent_id, info.message_count) == ("u1", "support", 2)
 
 
 def reached(client: MemoryClient) -> dict[str, tuple[int, int]]:
     """How far every inbox reaches, not what it holds (the writer is taking entries out);
     an empty stream the writer made for its consumer group (at 0-0) reaches nothing."""
     return {name: mark for name, mark in inbox_marks(client.redis).items() if mark != (0, 0)}
-    client.flush()
-    [info] = client.sessions()
-    assert (info.user_id, info.agent_id, info.message_count) == ("u1", "support", 2)
 
 
 def test_a_batch_refused_half_way_claims_no_session(client: MemoryClient) -> None:
