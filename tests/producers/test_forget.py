@@ -10,6 +10,7 @@ caches and, for a user, a fact.
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -289,10 +290,11 @@ def test_a_writer_stopped_mid_erasure_finishes_it_when_it_starts_again(
     """The user is hidden at once; the writer stops after a few steps (none: right after
     the forget's own commit); the next writer goes on from the database and finishes."""
     monkeypatch.setattr(erasure_steps, "STEP", 2)
-    real_step, ran = erasure_steps.step, []
+    real_step, ran, crashed = erasure_steps.step, [], threading.Event()
 
     def step_then_crash(*args: Any) -> bool:
         if len(ran) >= steps_before_the_crash:
+            crashed.set()
             return False  # as if the writer had died here: nothing more is done
         ran.append(1)
         return real_step(*args)
@@ -304,6 +306,9 @@ def test_a_writer_stopped_mid_erasure_finishes_it_when_it_starts_again(
         client.flush()
         assert client.history("alice-1") == []
         assert client.get_context("alice-1", f"locker code {MARKER}", scope="user") == []
+        # The steps run between batches, after the forget's commit: wait for the crash
+        # point, or the writer may be stopped before the steps the test means to run.
+        assert crashed.wait(30)
     assert len(ran) == steps_before_the_crash
     with sqlite_file(config) as conn:
         assert conn.execute("SELECT count(*) FROM erasing").fetchone() == (1,)
