@@ -12,6 +12,7 @@ fsync, which run without the GIL, so on two cores the two overlap.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -337,6 +338,12 @@ class Prefetcher(threading.Thread):
         except BaseException as exc:  # kept: the writer's thread raises it (Writer.run)
             self.failure = exc
             logger.critical("the inbox reader died; the writer stops", exc_info=exc)
+        finally:
+            # Wakes a writer waiting in get(), which would otherwise sleep out its timeout
+            # before it sees the stop (0.2 s of every stop, a fifth of the suite's waits);
+            # a full queue needs no wake: the writer is not waiting on it.
+            with contextlib.suppress(queue.Full):
+                self.ready.put_nowait(([], []))
 
     def _read_until_stopped(self) -> None:
         delay = 0.1
@@ -390,6 +397,8 @@ class Prefetcher(threading.Thread):
         try:
             entries, decoded = self.ready.get(timeout=timeout)
         except queue.Empty:
+            return None
+        if not entries:  # the wake at the reader's end (see run)
             return None
         for _ in range(self.AHEAD - 1):
             try:
