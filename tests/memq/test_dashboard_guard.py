@@ -105,16 +105,19 @@ def test_the_admins_credentials_are_needed(dashboard: Dashboard) -> None:
     assert names.QUEUE_EMBED.encode() in body
 
 
-@pytest.mark.parametrize(("host", "served"), [
+HOSTS = [
     ("127.0.0.1:{port}", True), ("localhost:{port}", True), ("[::1]:{port}", True),
     ("memq.lan", True), ("MEMQ.LAN:{port}", True),
     ("attacker.example:{port}", False), ("127.0.0.1.attacker.example", False), ("", False),
-])
-def test_only_allowed_host_names_are_served(dashboard: Dashboard, host: str, served: bool
-                                            ) -> None:
-    status, _, _ = dashboard.request("GET", "/0/data/queues.json",
-                                     Host=host.format(port=dashboard.port))
-    assert status == (200 if served else 421)
+]
+
+
+def test_only_allowed_host_names_are_served(dashboard: Dashboard) -> None:
+    # One dashboard for every Host header: a process each cost a second of CPU apiece.
+    for host, served in HOSTS:
+        status, _, _ = dashboard.request("GET", "/0/data/queues.json",
+                                         Host=host.format(port=dashboard.port))
+        assert status == (200 if served else 421), host
 
 
 def test_a_change_must_come_from_the_dashboards_own_page(
