@@ -66,4 +66,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0032_erasing", m.erasing),
     Migration("0033_importance_by_user", m.importance_by_user),
     Migration("0034_lexical_merging", m.lexical_merging),
+    Migration("0035_lexical_vocabulary", m.lexical_vocabulary),
 ]

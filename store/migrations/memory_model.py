@@ -389,3 +389,10 @@ def lexical_merging(cur: apsw.Cursor) -> None:
     # a level as soon as it holds two (FTS5's 'usermerge'; 4 by default): a forget's
     # deletes cost ~3x more over the ten segments 20,000 turns left than over two.
     cur.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('usermerge', 2)")
+
+
+def lexical_vocabulary(cur: apsw.Cursor) -> None:
+    # How many turns hold each token, read from the index itself (no copy: a forget's
+    # deletes reach it with the index): a search leaves out a query's words that most
+    # turns hold while rarer ones remain (store/read/lexical.py's rare_terms).
+    cur.execute("CREATE VIRTUAL TABLE messages_fts_vocab USING fts5vocab(messages_fts, row)")

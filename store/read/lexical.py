@@ -16,7 +16,8 @@ and agent tokens each message is indexed with (see :mod:`store.read.scope`).
 from __future__ import annotations
 
 import re
-from typing import cast
+from collections.abc import Callable
+from typing import Any, cast
 
 import apsw
 
@@ -69,6 +70,26 @@ _SEARCH_ALL_VISIBLE = """
     ORDER BY best.score DESC, m.seq DESC"""
 _ERASING = "SELECT EXISTS (SELECT 1 FROM erasing)"
 
+TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
+"""The index's own tokenizer (migration 0021_fts_external_content), to find a word's
+tokens as it stored them."""
+
+COMMON_SHARE = 0.02
+"""A query's word found in more than this share of the indexed turns is not searched while
+a rarer one is (BM25 gives it a weight of at most ln(1 + 1/share), 3.9, against 6-9 for a
+rare word). Such a word's matches were most of a search's work: at 100,119 turns of one
+user, OR-ing them in took the search for the best 1,000 from ~11 to ~24 ms at p50 and from
+~16 to ~47 at p95 (bench/context.py --realistic)."""
+
+COMMON_FLOOR = 1000
+"""A word in fewer turns than this is never left out: its matches are cheap to score, and in
+a small history the share above would leave out words that single out a few turns."""
+
+_DOCUMENTS = "SELECT doc FROM messages_fts_vocab WHERE term = ?"
+_INDEXED = "SELECT max(seq) FROM messages"
+# An upper bound of the indexed turns, read in one index step (a count reads them all):
+# forgotten turns only make it larger, and a word then looks rarer, never commoner.
+
 
 def terms(query: str) -> list[str]:
     """The distinct, case-folded words of ``query`` to search, function words dropped."""
@@ -78,9 +99,37 @@ def terms(query: str) -> list[str]:
     return (content or words)[:MAX_TERMS]
 
 
+def rare_terms(conn: apsw.Connection, words: list[str]) -> list[str]:
+    """``words`` without those in more than :data:`COMMON_SHARE` of the indexed turns
+    (and :data:`COMMON_FLOOR`) or in none, unless that leaves none (then all of them)."""
+    if len(words) < 2:
+        return words
+    indexed = cast("int | None", conn.execute(_INDEXED).fetchall()[0][0])
+    limit = max(COMMON_SHARE * (indexed or 0), COMMON_FLOOR)
+    tokenize = conn.fts5_tokenizer(*TOKENIZER)
+    try:
+        rare = [w for w in words if 0 < _documents(conn, tokenize, w) <= limit]
+    except apsw.SQLError as exc:
+        if "no such table" in str(exc):
+            return words  # a database from before the vocabulary (migration 0035)
+        raise
+    return rare or words
+
+
+def _documents(conn: apsw.Connection, tokenize: Callable[..., Any], word: str) -> int:
+    """Turns whose content holds ``word`` as the index stems it (its commonest token)."""
+    found = [conn.execute(_DOCUMENTS, (token,)).fetchall()
+             for _, _, token in tokenize(word.encode(), apsw.FTS5_TOKENIZE_QUERY, None)]
+    return max((cast("int", rows[0][0]) for rows in found if rows), default=0)
+
+
 def match_expression(scope: Scope, query: str) -> str | None:
     """The FTS5 expression for ``query`` within ``scope``; None if it has no words."""
-    words = terms(query)
+    return words_expression(scope, terms(query))
+
+
+def words_expression(scope: Scope, words: list[str]) -> str | None:
+    """The FTS5 expression for any of ``words`` within ``scope``; None if there are none."""
     if not words:
         return None
     # Inside double quotes FTS5 syntax has no meaning; the words hold no quote anyway.
@@ -96,11 +145,11 @@ def search(
     Scores are positive and larger for better matches (FTS5's ``bm25()`` is negated); a
     tie goes to the newer turn.
     """
-    expression = match_expression(scope, query)
-    if expression is None or limit <= 0:
+    if not terms(query) or limit <= 0:
         return []
     try:
         with conn:  # a savepoint: the look at `erasing` and the search read one snapshot
+            expression = words_expression(scope, rare_terms(conn, terms(query)))
             erasing = conn.execute(_ERASING).fetchall()[0][0]
             sql = _SEARCH if erasing else _SEARCH_ALL_VISIBLE
             rows = conn.execute(sql, (*BM25_WEIGHTS, expression, limit)).fetchall()

@@ -399,3 +399,88 @@ def test_a_forget_committed_during_a_search_is_seen_whole_or_not_at_all(
     found = [mid for mid, _ in lexical_query.search(racing, Scope("s1"), "cat", 5)]  # type: ignore[arg-type]
     assert found in ([old], [racing.new_id])
     assert search(log, "cat") == [racing.new_id]  # afterwards: the old turn is hidden
+
+
+# -- words most turns hold -------------------------------------------------------------------
+
+
+@pytest.fixture
+def common_from_share(monkeypatch: pytest.MonkeyPatch) -> float:
+    """No floor: in a test's few turns the share alone decides what is common."""
+    monkeypatch.setattr(lexical_query, "COMMON_FLOOR", 0)
+    monkeypatch.setattr(lexical_query, "COMMON_SHARE", 0.3)
+    return 0.3
+
+
+def test_a_word_most_turns_hold_is_left_out_while_a_rarer_one_remains(
+    log: EventLog, common_from_share: float
+) -> None:
+    ids = record(log, *FILLER, "the lake at dawn", "a weekly swim in the lake")
+    weekly = [*ids[:8], ids[9]]
+    # Searched with "weekly" too, every filler turn would follow these two.
+    assert search(log, "weekly lake") == [ids[8], ids[9]]
+    assert sorted(search(log, "weekly")) == sorted(weekly)  # alone, it is searched
+    assert sorted(search(log, "weekly sync")) == sorted(weekly)  # every word common: all
+    # A word no turn holds is no rarer one: the common word is still searched.
+    assert sorted(search(log, "weekly zyzzyva")) == sorted(weekly)
+
+
+def test_the_default_floor_leaves_a_small_history_searched_by_every_word(log: EventLog) -> None:
+    ids = record(log, *FILLER, "the lake at dawn")
+    assert len(search(log, "weekly lake")) == 9
+    assert search(log, "weekly lake")[0] == ids[8]
+
+
+def vocabulary_count(conn: apsw.Connection, token: str) -> int:
+    found = conn.execute("SELECT doc FROM messages_fts_vocab WHERE term = ?", (token,)).fetchall()
+    return int(found[0][0]) if found else 0
+
+
+def test_the_vocabulary_is_the_index_itself_and_forgets_with_it(log: EventLog) -> None:
+    ids = record(log, "first about otters", "second about otters")
+    assert vocabulary_count(log.conn, "otter") == 2  # stemmed, as the index keeps it
+    seqs = [log.conn.execute("SELECT seq FROM messages WHERE id = ?", (i,)).fetchone()[0]
+            for i in ids]
+    lexical.unindex(log.conn.cursor(), seqs[:1])
+    assert vocabulary_count(log.conn, "otter") == 1
+    lexical.unindex(log.conn.cursor(), seqs[1:])
+    assert vocabulary_count(log.conn, "otter") == 0
+    assert vocabulary_count(log.conn, "first") == 0
+
+
+def test_a_database_from_before_the_vocabulary_searches_every_word(
+    log: EventLog, common_from_share: float
+) -> None:
+    ids = record(log, *FILLER, "the lake at dawn")
+    log.conn.execute("DROP TABLE messages_fts_vocab")
+    assert len(search(log, "weekly lake")) == 9
+    assert search(log, "weekly lake")[0] == ids[8]
+
+
+WORDS = ["cat", "miso", "tokyo", "flight", "paint", "lake"]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+                      min_size=1, max_size=12),
+       query=st.lists(st.sampled_from([*WORDS, "zyzzyva"]), min_size=1, max_size=5),
+       share=st.floats(0.0, 1.0))
+def test_a_search_finds_the_turns_of_its_rare_words_or_else_of_all(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+    turns: list[list[str]], query: list[str], share: float
+) -> None:
+    """A model of the rule: the words some turn holds and at most ``share`` of the turns
+    do, if any; else every word. The search finds exactly the turns holding one."""
+    monkeypatch.setattr(lexical_query, "COMMON_FLOOR", 0)
+    monkeypatch.setattr(lexical_query, "COMMON_SHARE", share)
+    log = EventLog(tmp_path_factory.mktemp("rare"))
+    try:
+        ids = record(log, *[" ".join(words) for words in turns])
+        holding = {w: {i for i, words in zip(ids, turns, strict=True) if w in words}
+                   for w in dict.fromkeys(query)}
+        rare = [w for w, found in holding.items() if 0 < len(found) <= share * len(turns)]
+        expected = set().union(*(holding[w] for w in (rare or holding)))
+        assert set(search(log, " ".join(query), limit=100)) == expected
+    finally:
+        log.close()
