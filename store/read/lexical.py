@@ -79,7 +79,8 @@ COMMON_SHARE = 0.02
 a rarer one is (BM25 gives it a weight of at most ln(1 + 1/share), 3.9, against 6-9 for a
 rare word). Such a word's matches were most of a search's work: at 100,119 turns of one
 user, OR-ing them in took the search for the best 1,000 from ~11 to ~24 ms at p50 and from
-~16 to ~47 at p95 (bench/context.py --realistic)."""
+~16 to ~47 at p95 (bench/context.py --realistic). The counts are the whole database's,
+as BM25's own statistics are (docs/security.md, Out of scope)."""
 
 COMMON_FLOOR = 1000
 """A word in fewer turns than this is never left out: its matches are cheap to score, and in
