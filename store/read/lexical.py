@@ -87,9 +87,9 @@ COMMON_FLOOR = 1000
 a small history the share above would leave out words that single out a few turns."""
 
 _DOCUMENTS = "SELECT doc FROM messages_fts_vocab WHERE term = ?"
-_INDEXED = "SELECT max(seq) FROM messages"
 # An upper bound of the indexed turns, read in one index step (a count reads them all):
 # forgotten turns only make it larger, and a word then looks rarer, never commoner.
+_INDEXED = "SELECT max(seq) FROM messages"
 
 
 def terms(query: str) -> list[str]:
@@ -146,11 +146,12 @@ def search(
     Scores are positive and larger for better matches (FTS5's ``bm25()`` is negated); a
     tie goes to the newer turn.
     """
-    if not terms(query) or limit <= 0:
+    words = terms(query)
+    if not words or limit <= 0:
         return []
     try:
         with conn:  # a savepoint: the look at `erasing` and the search read one snapshot
-            expression = words_expression(scope, rare_terms(conn, terms(query)))
+            expression = words_expression(scope, rare_terms(conn, words))
             erasing = conn.execute(_ERASING).fetchall()[0][0]
             sql = _SEARCH if erasing else _SEARCH_ALL_VISIBLE
             rows = conn.execute(sql, (*BM25_WEIGHTS, expression, limit)).fetchall()
