@@ -23,8 +23,9 @@ Cost: a second index beside the vectors of each scope the recall profile searche
 a scope has :data:`PROJECT_FROM` turns, that index keeps each key's first
 :data:`KEPT_DIMS` coordinates along the keys' principal axes (94% of their energy on real
 turns), 240 bytes a key instead of 496, and only finds candidates:
-:data:`CANDIDATES_PER_RESULT` for each key asked for, whose exact scores are then computed
-from the turns' own vectors (which are never held a second time). On 100,119 real turns
+:data:`CANDIDATES_PER_RESULT` for each key asked for, among the :data:`LEADERS` keys that
+lead on the index's first block, whose exact scores are then computed from the turns' own
+vectors (which are never held a second time). On 100,119 real turns
 (bench/context.py --realistic) the candidates held 0.994 of the exact best 50. On a
 scope's first load, keys for 100,000 turns in ~1.9 s against ~0.9 s for the vectors alone
 (measured on this 2-core machine under load), and once more as they are projected (the
@@ -53,6 +54,16 @@ best 200 by 128 coordinates held 0.994 (400: 0.9996); by 96, 0.970 (0.993); by 6
 CANDIDATES_PER_RESULT = 4
 """Candidates a projected search scores exactly for each key asked for: 8 cost 6-8 ms
 more a call at 100,119 turns for the same recall (bench/context.py --realistic)."""
+
+LEADERS = 16_384
+"""Projected keys a search scores whole: those that lead on the index's first block (its
+32 leading coordinates, which it scans for every key anyway). The exact search of the
+projected keys read the rest of 70% of them, its bound pruning little on real turns. On
+100,119 real turns (bench/context.py --realistic, 200 questions): the keys' search finds
+0.9873 of the exact best 50 (lowest 0.82) against 0.989-0.993 (0.84-0.90) with the exact
+search of the projection, end recall 0.587 either way, get_context 47.6 / 64.9 ms against
+51.5 / 69.1 in calls alternated in one process. 8,192: 0.971 (lowest 0.70), 46.7 / 58.1
+against 55.0 / 70.0; 4,096: 0.941 (lowest 0.40)."""
 
 PROJECT_CHUNK = 8192
 """Keys computed at a time when a scope's keys are projected (no (rows, dim) copy)."""
@@ -110,9 +121,9 @@ class Neighbourhoods:
         best first: exact while keys are full; projected, the best of the candidates."""
         if self._axes is None or limit <= 0:
             return self.index.search(query, threshold, limit)
-        coarse = self.index.search(np.asarray(query, dtype=np.float32) @ self._axes, -np.inf,
-                                   CANDIDATES_PER_RESULT * limit)
-        exact = self.scores([message_id for message_id, _ in coarse], query)
+        coarse = self.index.leaders(np.asarray(query, dtype=np.float32) @ self._axes,
+                                    CANDIDATES_PER_RESULT * limit, LEADERS)
+        exact = self.scores(coarse, query)
         best = sorted(((-score, i) for i, score in exact.items() if score > threshold))
         return [(message_id, -negated) for negated, message_id in best[:limit]]
 

@@ -275,6 +275,21 @@ class VectorIndex:
                    if score > threshold]
         return [(message_id, -negated) for negated, message_id in sorted(passing)[:limit]]
 
+    def leaders(self, query: np.ndarray, limit: int, pool: int) -> list[str]:
+        """Ids of the best ``limit`` of the ``pool`` rows that lead on the first block, best
+        first: an approximate search (a row outside the pool is never found), for
+        candidates that are scored again. The whole set if it holds no more than ``pool``."""
+        n, pool = len(self._ids), max(pool, limit)
+        if n <= pool:
+            return [message_id for message_id, _ in self.search(query, -np.inf, limit)]
+        parts = self._split(query)
+        first = self._blocks[0][:n] @ parts[0]
+        rows = np.argpartition(first, n - pool)[n - pool:]
+        scores = first[rows] + sum(self._block_dot(k, rows, parts[k])
+                                   for k in range(1, len(self._blocks)))
+        best = rows[np.argsort(-scores, kind="stable")[:limit]]
+        return [self._ids[row] for row in best]
+
     def _kth_score(self, rows: np.ndarray, partial: np.ndarray, parts: list[np.ndarray],
                    limit: int) -> float:
         """A score the ``limit``-th best row reaches for sure: the exact scores of the

@@ -138,8 +138,11 @@ class Projected(Neighbourhoods):
         return {i: float(self.key(i) @ query) for i in self.ids if i in self.turns}
 
 
+@pytest.mark.parametrize("leaders", [neighbourhoods.LEADERS, 200],
+                         ids=["every key whole", "the first block's leaders"])
 def test_projected_keys_are_scored_exactly_and_find_the_best_in_less_memory(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, leaders: int) -> None:
+    monkeypatch.setattr(neighbourhoods, "LEADERS", leaders)
     keys = Projected(monkeypatch)
     assert keys.projected
     assert keys.index.nbytes / len(keys) < keys.full / 2

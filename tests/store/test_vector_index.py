@@ -246,3 +246,22 @@ def test_empty_index_and_zero_limit_find_nothing() -> None:
 def test_dimension_must_be_positive() -> None:
     with pytest.raises(ValueError, match="dim must be at least 1"):
         VectorIndex(0)
+
+
+@pytest.mark.parametrize("n", [50, FIT_MIN_ROWS + 500])
+def test_the_leaders_are_the_best_of_the_rows_leading_on_the_first_block(n: int) -> None:
+    """An approximate search: the best ``limit``, by their whole score, of the ``pool``
+    rows whose first block scores highest; every row while the set holds no more."""
+    matrix = clustered(n)
+    index, ids = build(matrix)
+    stored, rng = index.stored(ids).astype(np.float64), np.random.default_rng(2)
+    first = index.cuts[1]
+    for i in rng.choice(n, 8):
+        q = unit(matrix[i : i + 1] + 0.3 * rng.standard_normal((1, DIM)))[0]
+        turned = index.turned(q).astype(np.float64)
+        lead = np.argsort(-(stored[:, :first] @ turned[:first]), kind="stable")[:40]
+        whole = stored @ turned
+        best = sorted(lead if n > 40 else range(n), key=lambda row: -whole[row])[:10]
+        assert index.leaders(q, 10, 40) == [ids[row] for row in best]
+    assert index.leaders(matrix[0], 10, n) == [i for i, _ in index.search(matrix[0], -1.0, 10)]
+    assert index.leaders(matrix[0], 0, 40) == []
