@@ -26,7 +26,8 @@ turns), 240 bytes a key instead of 496, and only finds candidates:
 :data:`CANDIDATES_PER_RESULT` for each key asked for, among the :data:`LEADERS` keys that
 lead on the index's first block, whose exact scores are then computed from the turns' own
 vectors (which are never held a second time). On 100,119 real turns
-(bench/context.py --realistic) the candidates held 0.994 of the exact best 50. On a
+(bench/context.py --realistic) the candidates held 0.994 of the exact best 50 (0.987 since
+they come from the leaders, the end recall unchanged). On a
 scope's first load, keys for 100,000 turns in ~1.9 s against ~0.9 s for the vectors alone
 (measured on this 2-core machine under load), and once more as they are projected (the
 first call at 100,119 turns: 6.0 s, 4.7 s with full keys).
