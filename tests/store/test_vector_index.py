@@ -261,7 +261,7 @@ def test_the_leaders_are_the_best_of_the_rows_leading_on_the_first_block(n: int)
         turned = index.turned(q).astype(np.float64)
         lead = np.argsort(-(stored[:, :first] @ turned[:first]), kind="stable")[:40]
         whole = stored @ turned
-        best = sorted(lead if n > 40 else range(n), key=lambda row: -whole[row])[:10]
+        best = sorted(lead, key=lambda row: -whole[row])[:10]
         assert index.leaders(q, 10, 40) == [ids[row] for row in best]
     assert index.leaders(matrix[0], 10, n) == [i for i, _ in index.search(matrix[0], -1.0, 10)]
     assert index.leaders(matrix[0], 0, 40) == []
