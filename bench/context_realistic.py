@@ -15,8 +15,11 @@ query is timed by ``bench/context.py``). Printed per size: get_context p50 / p95
 evidence recall of what it returned (the originals' evidence turns among at most 30 items;
 "-" where the history is cut inside the originals), and in the same run the baselines
 timed on the same scope: BM25 top-20 (the lexical index alone) and an exact cosine top-20
-over the scope's vectors as one float32 matrix; then the reader's memory: the vector
-cache's bytes per 100,000 vectors and how much the process grew.
+over the scope's vectors as one float32 matrix, and the lexical search as get_context reads
+it (its best 1,000); then the reader's memory: the vector cache's bytes per 100,000
+vectors and how much the process grew; and, once a scope's contextual keys are projected,
+what their search finds of the exact best 50 and how long finding its candidates takes,
+as it does (the leaders of the index's first block) and by an exact search.
 
     .venv/bin/python bench/context.py --realistic --sizes 1000,10000,100000
 """
@@ -41,7 +44,10 @@ from memq.clock import to_rfc3339, uuid7
 from memq.config import Config, EmbedConfig
 from memq.embedding import Embedder
 from memq.events import Event, EventType
+from memq.producers.ranking.profiles import LEXICAL_EVIDENCE
 from memq.store import vectors
+from memq.store.read import neighbourhoods
+from memq.store.read.neighbourhoods import Neighbourhoods
 from memq.store.read.scope import Scope
 from memq.store.write.writer import Writer
 from memq.testing import apply_events
@@ -163,15 +169,18 @@ def measure(client: MemoryClient, asked: list[Asked], ids: dict[str, str], whole
 
 
 def baselines(client: MemoryClient, asked: list[Asked]) -> dict[str, list[float]]:
-    """BM25 top-20 and an exact float32 cosine top-20 on the same scope, call by call."""
+    """BM25 top-20 and an exact float32 cosine top-20 on the same scope, call by call; and
+    the lexical search as get_context reads it (its best LEXICAL_EVIDENCE)."""
     scope = Scope(asked[0].conversation.memq_session(None, "user"), "user", USER)
     entry = client.vector_cache._entries[scope.key].index
     matrix = entry.vectors(list(entry._ids))
-    times: dict[str, list[float]] = {"BM25 top-20": [], "cosine top-20": []}
+    evidence = f"BM25 best {LEXICAL_EVIDENCE:,}"
+    times: dict[str, list[float]] = {"BM25 top-20": [], "cosine top-20": [], evidence: []}
     for a in asked:
-        began = time.perf_counter()
-        client.sources.lexical_scores(scope, a.question.text, 20)
-        times["BM25 top-20"].append(time.perf_counter() - began)
+        for limit, name in ((20, "BM25 top-20"), (LEXICAL_EVIDENCE, evidence)):
+            began = time.perf_counter()
+            client.sources.lexical_scores(scope, a.question.text, limit)
+            times[name].append(time.perf_counter() - began)
         began = time.perf_counter()
         scores = matrix @ a.vector
         np.argpartition(-scores, min(20, len(scores) - 1))[:20]
@@ -222,8 +231,27 @@ def projection(client: MemoryClient, asked: list[Asked], best: int = 50) -> str:
         top, rows = np.take_along_axis(top, keep, 1), np.take_along_axis(rows, keep, 1)
     found = [len({ids[r] for r in exact} & {i for i, _ in keys.search(a.vector, -np.inf, best)})
              / best for a, exact in zip(asked, rows, strict=True)]
+    leaders, whole = candidate_times(keys, asked, best)
     return (f"projected; a search returns {np.mean(found):.4f} of the exact best {best} "
-            f"(lowest {min(found):.2f})")
+            f"(lowest {min(found):.2f}); its candidates by the first block's leaders "
+            f"p50 {leaders:.2f} ms, by an exact search of the projection p50 {whole:.2f} ms")
+
+
+def candidate_times(keys: Neighbourhoods, asked: list[Asked], best: int) -> tuple[float, float]:
+    """The keys' candidates for ``best`` results, as a search finds them (the leaders of
+    the index's first block) and by the exact search of the projection, alternated."""
+    wanted, axes = neighbourhoods.CANDIDATES_PER_RESULT * best, keys._axes
+    assert axes is not None, "the keys are projected"
+    times: tuple[list[float], list[float]] = ([], [])
+    for a in asked:
+        projected = np.asarray(a.vector, dtype=np.float32) @ axes
+        for kept, find in zip(times, (
+                lambda q: keys.index.leaders(q, wanted, neighbourhoods.LEADERS),
+                lambda q: keys.index.search(q, -np.inf, wanted)), strict=True):
+            began = time.perf_counter()
+            find(projected)
+            kept.append(time.perf_counter() - began)
+    return float(np.median(times[0]) * 1000), float(np.median(times[1]) * 1000)
 
 
 def report(n: int, turns: int, build_s: float, reused: int, cold: float,

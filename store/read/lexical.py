@@ -77,9 +77,10 @@ tokens as it stored them."""
 COMMON_SHARE = 0.02
 """A query's word found in more than this share of the indexed turns is not searched while
 a rarer one is (BM25 gives it a weight of at most ln(1 + 1/share), 3.9, against 6-9 for a
-rare word). Such a word's matches were most of a search's work: at 100,119 turns of one
-user, OR-ing them in took the search for the best 1,000 from ~11 to ~24 ms at p50 and from
-~16 to ~47 at p95 (bench/context.py --realistic). The counts are the whole database's,
+rare word). Such a word's matches were much of a search's work: at 100,119 turns of one
+user, OR-ing them in took the search for the best 1,000 from 13.9 to 18.3 ms at p50 and
+from 22.3 to 31.2 at p95 (bench/context.py --realistic, its `BM25 best 1,000` line; this
+share set to 1 for the second). The counts are the whole database's,
 as BM25's own statistics are (docs/security.md, Out of scope)."""
 
 COMMON_FLOOR = 1000

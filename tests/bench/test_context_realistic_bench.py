@@ -29,7 +29,7 @@ def test_the_realistic_bench_prints_latency_recall_baselines_and_memory(
     assert re.search(r"2\d\d turns in one user \(asked for 200; .*; \d+ turns carry an "
                      r"earlier copy's vector\)", out)
     assert re.search(r"evidence recall (0|1)\.\d{3}", out)
-    for line in ("get_context, user scope", "BM25 top-20", "cosine top-20"):
+    for line in ("get_context, user scope", "BM25 top-20", "cosine top-20", "BM25 best 1,000"):
         assert len(re.findall(rf"{line} +p50 +[\d.]+ ms +p95 +[\d.]+ ms", out)) == 2, line
     assert re.search(r"vector cache \d+ MiB \(\d+ MiB per 100,000 vectors\)", out)
     assert "contextual keys: whole (a search over them is exact)" in out  # small: not projected
@@ -38,4 +38,6 @@ def test_the_realistic_bench_prints_latency_recall_baselines_and_memory(
     out = capsys.readouterr().out
     assert "embedded" not in out  # every vector came from the cache
     assert re.search(r"contextual keys: projected; a search returns [01]\.\d{4} of the "
-                     r"exact best 50 \(lowest [01]\.\d\d\)", out)
+                     r"exact best 50 \(lowest [01]\.\d\d\); its candidates by the first "
+                     r"block's leaders p50 [\d.]+ ms, by an exact search of the projection "
+                     r"p50 [\d.]+ ms", out)
