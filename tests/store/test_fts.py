@@ -484,3 +484,19 @@ def test_a_search_finds_the_turns_of_its_rare_words_or_else_of_all(
         assert set(search(log, " ".join(query), limit=100)) == expected
     finally:
         log.close()
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=200), share=st.sampled_from([0.0, 0.3, 1.0]))
+def test_any_query_text_is_answered_whatever_its_words_counts(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch, query: str, share: float
+) -> None:
+    """Every word of any text is looked up in the vocabulary (surrogates, diacritics,
+    ligatures, FTS5 syntax): an answer, never an error, and only turns that exist."""
+    monkeypatch.setattr(lexical_query, "COMMON_FLOOR", 0)
+    monkeypatch.setattr(lexical_query, "COMMON_SHARE", share)
+    if not indexed(log.conn):
+        record(log, *FILLER, "straße ﬁle café", "the lake at dawn", 'quote " and *')
+    stored = {mid for (mid,) in log.rows("SELECT id FROM messages")}
+    assert set(search(log, query, limit=50)) <= stored
