@@ -175,9 +175,10 @@ def clamped_timeout(value: bytes | str | int) -> int:
     return min(seconds, MAX_JOB_TIMEOUT_S)
 
 
-def queue(name: str, connection: redis.Redis, job_class: type[JSONJob] = JSONJob) -> Queue:
+def queue(name: str, connection: redis.Redis, job_class: type[JSONJob] = JSONJob,
+          queue_class: type[Queue] = Queue) -> Queue:
     """A memq queue: JSON jobs of :class:`JSONJob`."""
-    return Queue(name, connection=connection, serializer=SERIALIZER, job_class=job_class)
+    return queue_class(name, connection=connection, serializer=SERIALIZER, job_class=job_class)
 
 
 def fetch(job_id: str, connection: redis.Redis) -> JSONJob:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
-from rq.exceptions import DeserializationError
+from rq.exceptions import DeserializationError, StopRequested
 from rq.job import Job
+from rq.worker import WorkerStatus
 
 from memq import jobs
 from memq.logs import log_routine, routine
@@ -23,9 +26,77 @@ PUBSUB_WAKE_S = 1.0
 """How often the worker's command thread wakes to see whether it should end."""
 
 
+class _MainThread:
+    """Where the worker's loop is, for its stop signal's handler. Signals are handled in the
+    main thread, which runs the loop: one worker at a time per process."""
+
+    blocked = False
+    """In the blocking pop, the one place an idle worker's stop may interrupt."""
+    stopping = False
+    """A stop arrived elsewhere: the next pop ends the loop instead of blocking."""
+
+
+@contextmanager
+def _interruptible(connection: redis.Redis | None, timeout: int | None) -> Iterator[None]:
+    if timeout is None:  # burst mode's pop does not block: the loop sees the stop itself
+        yield
+        return
+    if _MainThread.stopping:
+        raise StopRequested()
+    _MainThread.blocked = True
+    try:
+        yield
+    except StopRequested:
+        # Cut between the send and the reply, a BLMOVE still waits on the server for its
+        # (now pooled) connection: drop the idle connections rather than hand it on.
+        if connection is not None:
+            connection.connection_pool.disconnect(inuse_connections=False)
+        raise
+    finally:
+        _MainThread.blocked = False
+
+
+class StoppableQueue(Queue):
+    """A queue whose blocking pop a worker's stop may interrupt (see
+    :meth:`LoggingWorker._shutdown`). A job the pop had already moved waits in RQ's
+    intermediate list, where a worker's maintenance finds it."""
+
+    @classmethod
+    def lmove(cls, connection: redis.Redis, queue_key: str, timeout: int | None) -> Any:
+        with _interruptible(connection, timeout):
+            return super().lmove(connection, queue_key, timeout)
+
+    @classmethod
+    def lpop(cls, queue_keys: Any, timeout: int | None,
+             connection: redis.Redis | None = None) -> Any:
+        with _interruptible(connection, timeout):
+            return super().lpop(queue_keys, timeout, connection=connection)
+
+
 class LoggingWorker(SimpleWorker):
     """A :class:`SimpleWorker` that logs one structured line when each job ends, and stops
-    within about a second when idle."""
+    within about a second when idle, cleanly wherever the stop signal lands."""
+
+    queue_class = StoppableQueue
+
+    def _install_signal_handlers(self) -> None:
+        _MainThread.stopping = False
+        super()._install_signal_handlers()  # type: ignore[no-untyped-call]
+
+    def _shutdown(self) -> None:
+        """RQ's, but an idle worker's stop is raised only in the blocking pop.
+
+        RQ raises it at whatever line the signal lands on: between a pipeline's send and
+        its replies, the replies stayed unread on a pooled connection, the next pipeline
+        read them ("Wrong number of response items"), and the worker exited 1 (RQ #2175).
+        """
+        if self.get_state() == WorkerStatus.BUSY:
+            super()._shutdown()  # type: ignore[no-untyped-call]
+            return
+        self._stop_requested = True
+        _MainThread.stopping = True
+        if _MainThread.blocked:
+            raise StopRequested()
 
     def subscribe(self) -> None:
         """RQ's, but the command thread waits :data:`PUBSUB_WAKE_S` at a time, not 60 s.
@@ -70,7 +141,7 @@ def worker(
 ) -> Any:
     """An in-process worker: it keeps a loaded model warm between jobs (no fork per job)."""
     return LoggingWorker(
-        [jobs.queue(n, connection, job_class) for n in queue_names],
+        [jobs.queue(n, connection, job_class, StoppableQueue) for n in queue_names],
         connection=connection,
         serializer=jobs.SERIALIZER,
         job_class=job_class,
