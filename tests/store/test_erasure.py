@@ -25,7 +25,7 @@ from memq import MemoryClient, jobs
 from memq.config import Config, ReplicationConfig
 from memq.store.dispatch.erasure import sweep_jobs
 from memq.testing import WriterThread
-from memq.workers.queues import LoggingWorker
+from memq.workers.queues import LoggingWorker, StoppableQueue
 from tests.conftest import ROOT, memq_command
 
 pytestmark = pytest.mark.redis
@@ -95,8 +95,8 @@ def _rq_queue(connection: redis.Redis) -> Queue:
 
 def _worker(connection: redis.Redis) -> SimpleWorker:
     # memq's: RQ's own may wait a minute in its command thread when it ends (workers/queues.py)
-    return LoggingWorker([_rq_queue(connection)], connection=connection,
-                         serializer=JSONSerializer)
+    queue = StoppableQueue(_QUEUE, connection=connection, serializer=JSONSerializer)
+    return LoggingWorker([queue], connection=connection, serializer=JSONSerializer)
 
 
 def _taken(connection: redis.Redis, job: Job) -> SimpleWorker:
