@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from memq import tls
 from memq.authority import Role
 from memq.errors import BrokerError
 from memq.producers import remote_calls as calls
@@ -50,7 +51,7 @@ class RemoteMemoryClient(Surface):
         self.base_url = base_url.rstrip("/")
         self.client_id = uuid.uuid4().hex
         self.timeout = timeout
-        self.http = httpx.Client(base_url=self.base_url, verify=verify,
+        self.http = httpx.Client(base_url=self.base_url, verify=tls.verify(verify),
                                  headers=headers(token, self.client_id))
         self._role: Role | None = None
         self._sent = calls.Sent()

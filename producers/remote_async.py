@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from memq import tls
 from memq.authority import Role
 from memq.producers import remote_calls as calls
 from memq.producers.keys import DelegatedToken
@@ -38,7 +39,7 @@ class AsyncRemoteMemoryClient(AsyncSurface):
         self.base_url = base_url.rstrip("/")
         self.client_id = uuid.uuid4().hex
         self.timeout = timeout
-        self.http = httpx.AsyncClient(base_url=self.base_url, verify=verify,
+        self.http = httpx.AsyncClient(base_url=self.base_url, verify=tls.verify(verify),
                                       headers=headers(token, self.client_id))
         self._role: Role | None = None
         self._sent = calls.Sent()

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from memq import webhooks
+from memq import tls, webhooks
 from memq.printable import bounded
 
 MAX_ANSWER_BYTES = 1024
@@ -52,7 +52,7 @@ def deliver(url: str, secret: str, deliveries: list[list[str]],
 def _within(pool: ThreadPoolExecutor, url: str, secret: str, delivery_id: str,
             event_type: str, raw: bytes, timeout_s: float) -> dict[str, Any]:
     """One POST, given up (its connection closed) once ``timeout_s`` has passed."""
-    client = httpx.Client(timeout=timeout_s, follow_redirects=False)
+    client = httpx.Client(timeout=timeout_s, follow_redirects=False, verify=tls.verify())
     try:
         attempt = pool.submit(_post, client, url, secret, delivery_id, event_type, raw)
         try:
