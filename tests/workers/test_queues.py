@@ -22,7 +22,8 @@ from redis.connection import AbstractConnection
 from rq.worker import BaseWorker
 
 from memq import names
-from memq.workers.queues import worker
+from memq.jobs import JOB_FUNCTIONS, JSONJob, queue
+from memq.workers.queues import StoppableQueue, worker
 
 pytestmark = pytest.mark.redis
 
@@ -106,3 +107,26 @@ def _signal_once_blocked(redis_url: str) -> None:
     while not any(c["cmd"].encode().upper() in BLOCKING for c in observer.client_list()):
         pass
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def stopped_midway(value: int) -> int:
+    """A job during which its worker is told to stop."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    return value * 2
+
+
+class StoppedJob(JSONJob):
+    allowed = JOB_FUNCTIONS | {f"{__name__}.stopped_midway"}
+
+
+def test_a_busy_worker_finishes_its_job_then_stops_and_takes_no_other(redis_url: str) -> None:
+    connection = redis.Redis.from_url(redis_url)
+    tasks = queue(names.QUEUE_TASKS, connection, StoppedJob, StoppableQueue)
+    first = tasks.enqueue(stopped_midway, 21)
+    second = tasks.enqueue(stopped_midway, 1)
+    busy = worker([names.QUEUE_TASKS], connection, job_class=StoppedJob)
+    with own_signal_handlers():
+        assert busy.work(with_scheduler=False) is True
+    assert first.return_value(refresh=True) == 42
+    assert tasks.job_ids == [second.id]
+    assert BaseWorker.count(connection=connection) == 0
