@@ -58,8 +58,9 @@ def _interruptible(connection: redis.Redis | None, timeout: int | None) -> Itera
 
 class StoppableQueue(Queue):
     """A queue whose blocking pop a worker's stop may interrupt (see
-    :meth:`LoggingWorker._shutdown`). A job the pop had already moved waits in RQ's
-    intermediate list, where a worker's maintenance finds it."""
+    :meth:`LoggingWorker._shutdown`). A stop that cuts in while the reply of a pop that
+    did move a job is in flight leaves that job in RQ's intermediate list, which RQ's
+    maintenance fails a minute later; embed jobs are re-sent by the embedding backlog."""
 
     @classmethod
     def lmove(cls, connection: redis.Redis, queue_key: str, timeout: int | None) -> Any:
