@@ -22,7 +22,7 @@ def default_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def verify(value: Any = True) -> Any:
+def verify(value: Any) -> Any:
     """What to pass as httpx's ``verify``: the shared default for ``True``, else ``value``
     (``False``, a path or a caller's own context) unchanged."""
     return default_context() if value is True else value

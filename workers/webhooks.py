@@ -52,7 +52,7 @@ def deliver(url: str, secret: str, deliveries: list[list[str]],
 def _within(pool: ThreadPoolExecutor, url: str, secret: str, delivery_id: str,
             event_type: str, raw: bytes, timeout_s: float) -> dict[str, Any]:
     """One POST, given up (its connection closed) once ``timeout_s`` has passed."""
-    client = httpx.Client(timeout=timeout_s, follow_redirects=False, verify=tls.verify())
+    client = httpx.Client(timeout=timeout_s, follow_redirects=False, verify=tls.default_context())
     try:
         attempt = pool.submit(_post, client, url, secret, delivery_id, event_type, raw)
         try:

@@ -65,7 +65,7 @@ def https(certs: dict[str, Path]) -> Iterator[str]:
 
 def test_the_default_context_is_built_once_and_verifies() -> None:
     shared = tls.verify(True)
-    assert shared is tls.verify() is tls.default_context()
+    assert shared is tls.verify(True) is tls.default_context()
     assert shared.verify_mode == ssl.CERT_REQUIRED
     assert shared.check_hostname
     own = ssl.create_default_context()
