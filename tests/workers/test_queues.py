@@ -37,8 +37,9 @@ def test_an_idle_worker_stops_cleanly_wherever_sigterm_lands(redis_url: str) -> 
     while True:
         nth += 1
         sent = stopped_after(nth, redis_url)
-        if BLOCKING & set(sent[:nth - 1]):  # it blocked before its nth command: the signal
-            break                               # found it blocked
+        # Blocked before its nth command: that signal found it blocked, the last case.
+        if BLOCKING & set(sent[:nth - 1]):
+            break
     assert nth > 10  # the worker's registration, maintenance and heartbeat came first
 
 
