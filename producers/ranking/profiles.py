@@ -23,6 +23,7 @@ a class with ``name`` and ``find``, and a new profile is one entry in :data:`PRO
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from memq.config import RetrievalConfig
 from memq.errors import ConfigError
-from memq.producers.ranking import fusion
+from memq.producers.ranking import alongside, fusion
 from memq.store.read.messages import Message, chronological_key
 from memq.store.read.scope import Scope
 
@@ -277,7 +278,7 @@ class Relevance:
     def _fused(self, sources: Sources, scope: Scope, query: str) -> list[fusion.Candidate]:
         """The candidates of both kinds, each with all the evidence there is for it; with
         ``feedback``, the better of two rounds (rule 4 of :mod:`producers.ranking.fusion`)."""
-        bm25 = sources.lexical_scores(scope, query, LEXICAL_EVIDENCE)
+        bm25 = alongside.start(lambda: sources.lexical_scores(scope, query, LEXICAL_EVIDENCE))
         first = self._round(sources, scope, bm25, query)
         if self.feedback <= 0 or not first:
             return first
@@ -287,9 +288,10 @@ class Relevance:
             return first
         return fusion.best_of(first, self._round(sources, scope, bm25, moved))
 
-    def _round(self, sources: Sources, scope: Scope, bm25: list[tuple[str, float]],
+    def _round(self, sources: Sources, scope: Scope, lexical: Future[list[tuple[str, float]]],
                query: Query) -> list[fusion.Candidate]:
-        """One round: the lexical matches and the turns near ``query``, fused."""
+        """One round: the lexical matches (searched meanwhile) and the turns near
+        ``query``, fused."""
         keys = self.contextual
         moments = sources.semantic_moments(scope, query, keys=keys)
         cosine: dict[str, float] = {}
@@ -297,6 +299,7 @@ class Relevance:
             threshold = moments[0] + self.min_z * moments[1]
             cosine = dict(sources.similar_scores(scope, query, threshold, self.candidates,
                                                  keys=keys))
+        bm25 = lexical.result()
         lexical_only = [mid for mid, _ in bm25[: self.candidates] if mid not in cosine]
         candidates = [*cosine, *lexical_only]
         cosine.update(sources.similarities(scope, query, lexical_only, keys=keys))

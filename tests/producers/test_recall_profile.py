@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -506,3 +507,23 @@ def test_bad_recall_settings_are_refused(values: dict[str, Any], fragment: str) 
     with pytest.raises(ConfigError, match=fragment.replace("(", r"\(").replace(")", r"\)")
                        .replace("[", r"\[").replace("]", r"\]")):
         profile_for(from_mapping({"retrieval": values}).retrieval)
+
+
+def test_the_lexical_search_runs_while_the_semantic_one_does() -> None:
+    """Both kinds of evidence are read at once (producers/ranking/alongside.py): the
+    lexical read is let through only once the semantic search has begun, so done one after
+    the other the call would wait for ever."""
+    semantic_began = threading.Event()
+
+    class Concurrent(Turns):
+        def lexical_scores(self, *args: Any) -> list[tuple[str, float]]:
+            assert semantic_began.wait(10), "the lexical read waited for the semantic one"
+            return super().lexical_scores(*args)
+
+        def semantic_moments(self, *args: Any, **kwargs: Any) -> tuple[float, float]:
+            semantic_began.set()
+            return super().semantic_moments(*args, **kwargs)
+
+    turns = Concurrent({"03": 8.0, "05": 4.0}, {"03": 0.7, "11": 0.8})
+    hits = relevance(limit=10, neighbour_share=0.0).find(turns, "s1", "q")  # type: ignore[arg-type]
+    assert [h.message.id for h in hits] == ["03", "11", "05"]
