@@ -287,8 +287,7 @@ class VectorIndex:
         rows = np.argpartition(first, n - pool)[n - pool:]
         scores = first[rows] + sum(self._block_dot(k, rows, parts[k])
                                    for k in range(1, len(self._blocks)))
-        best = rows[np.argsort(-scores, kind="stable")[:limit]]
-        return [self._ids[row] for row in best]
+        return [self._ids[row] for row in rows[_best_first(scores, limit)]]
 
     def _kth_score(self, rows: np.ndarray, partial: np.ndarray, parts: list[np.ndarray],
                    limit: int) -> float:
@@ -393,6 +392,19 @@ def principal_axes(sample: np.ndarray, noise: float | None = None,
     gram += (drawn + drawn.T) / np.sqrt(2.0)
     _, axes = np.linalg.eigh(gram)
     return np.asarray(axes[:, ::-1])
+
+
+def _best_first(scores: np.ndarray, limit: int) -> np.ndarray:
+    """Positions of the best ``limit`` of ``scores``, best first, ties in the order of their
+    positions: what a stable sort of all of them would begin with, without sorting all
+    (a full sort of 16,384 leaders was a tenth of a keys' search)."""
+    if len(scores) <= limit or limit <= 0:
+        return np.argsort(-scores, kind="stable")[:max(limit, 0)]
+    kth = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+    above = np.flatnonzero(scores > kth)
+    chosen = np.concatenate([above, np.flatnonzero(scores == kth)[: limit - len(above)]])
+    chosen.sort()
+    return chosen[np.argsort(-scores[chosen], kind="stable")]
 
 
 def _near_the_top(rows: np.ndarray, approx: np.ndarray, threshold: float, limit: int) -> np.ndarray:

@@ -7,8 +7,16 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from memq.store.read.vector_index import BLOCK_EDGES, FIT_MIN_ROWS, VectorIndex, principal_axes
+from memq.store.read.vector_index import (
+    BLOCK_EDGES,
+    FIT_MIN_ROWS,
+    VectorIndex,
+    _best_first,
+    principal_axes,
+)
 
 DIM = 384
 
@@ -265,3 +273,15 @@ def test_the_leaders_are_the_best_of_the_rows_leading_on_the_first_block(n: int)
         assert index.leaders(q, 10, 40) == [ids[row] for row in best]
     assert index.leaders(matrix[0], 10, n) == [i for i, _ in index.search(matrix[0], -1.0, 10)]
     assert index.leaders(matrix[0], 0, 40) == []
+
+
+@given(st.lists(st.sampled_from([-1.0, 0.0, 0.25, 0.5, 1.0]) | st.floats(-1, 1, width=32),
+                max_size=300),
+       st.integers(0, 320))
+def test_the_best_first_are_what_a_stable_sort_begins_with(values: list[float],
+                                                            limit: int) -> None:
+    """Ties (common among few distinct scores) keep their positions' order, so a search
+    returns the same leaders whichever way they are picked."""
+    scores = np.array(values, dtype=np.float32)
+    expected = np.argsort(-scores, kind="stable")[:limit]
+    assert _best_first(scores, limit).tolist() == expected.tolist()
