@@ -209,10 +209,15 @@ class Neighbourhoods:
         return neighbours
 
     def _beside(self, message_id: str) -> list[str]:
+        return [n for n in self._sides(message_id) if n is not None]
+
+    def _sides(self, message_id: str) -> tuple[str | None, str | None]:
+        """The turns before and after ``message_id`` in its session (None: none)."""
         session_id, seq = self._place[message_id]
         order = self._order[session_id]
         at = bisect.bisect_left(order, (seq, message_id))
-        return [order[i][1] for i in (at - 1, at + 1) if 0 <= i < len(order)]
+        return (order[at - 1][1] if at > 0 else None,
+                order[at + 1][1] if at + 1 < len(order) else None)
 
     def _around(self, message_id: str) -> list[str]:
         return [message_id, *self._beside(message_id)]
@@ -235,21 +240,33 @@ class Neighbourhoods:
         """The keys of ``present`` (each with a place and a vector), from ``vectors_of``
         the turns: as given (``turns.vectors``), or in the turns' basis (``turns.stored``),
         in which a key's dot products are the same."""
-        sides: list[list[str | None]] = [[], []]
-        for message_id in present:
-            session_id, seq = self._place[message_id]
-            order = self._order[session_id]
-            at = bisect.bisect_left(order, (seq, message_id))
-            before = order[at - 1][1] if at > 0 else None
-            after = order[at + 1][1] if at + 1 < len(order) else None
-            sides[0].append(before if before in self.turns else None)
-            sides[1].append(after if after in self.turns else None)
-        own = vectors_of(present)
-        total = own.copy()
-        for side in sides:
-            known = [n for n, other in enumerate(side) if other is not None]
-            if known:
-                total[known] += vectors_of([side[n] for n in known])  # type: ignore[misc]
+        if len(present) <= PROJECT_CHUNK:
+            return self._chunk_keys(present, vectors_of)
+        # A scope's first load: chunk by chunk, so no (rows, dim) temporaries but the result.
+        keys = np.empty((len(present), self.turns.dim), dtype=np.float32)
+        for at in range(0, len(present), PROJECT_CHUNK):
+            keys[at:at + PROJECT_CHUNK] = self._chunk_keys(present[at:at + PROJECT_CHUNK],
+                                                           vectors_of)
+        return keys
+
+    def _chunk_keys(self, present: list[str],
+                    vectors_of: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        # One read of every vector needed (the turns', those before them, those after): a
+        # read per side cost two more gathers of every block, and get_context at 100,119
+        # turns reads ~250 keys four times.
+        rows: tuple[list[int], list[int]] = ([], [])
+        beside: tuple[list[str], list[str]] = ([], [])
+        for row, message_id in enumerate(present):
+            for side, neighbour in enumerate(self._sides(message_id)):
+                if neighbour is not None and neighbour in self.turns:
+                    rows[side].append(row)
+                    beside[side].append(neighbour)
+        found = vectors_of([*present, *beside[0], *beside[1]])
+        own = found[:len(present)]
+        total, at = own.copy(), len(present)
+        for targets in rows:  # a row has at most one neighbour a side: no index repeats
+            total[targets] += found[at:at + len(targets)]
+            at += len(targets)
         norms = np.linalg.norm(total, axis=1, keepdims=True)
         around = np.divide(total, norms, out=np.zeros_like(total), where=norms > 1e-12)
         return np.asarray(own * (1 - self.weight) + around * self.weight, dtype=np.float32)
