@@ -69,7 +69,9 @@ def percentiles_ms(seconds: Sequence[float]) -> tuple[float, float]:
 
 
 def memory_kib(field: str) -> int:
-    """A ``/proc/self/status`` figure in KiB (``VmRSS``, ``VmHWM``); 0 where there is none."""
+    """A ``/proc/self/status`` figure in KiB (``VmRSS``, ``VmHWM``, ``RssAnon``); 0 where
+    there is none. A reader maps the database (store/connection.py): the pages it read
+    count in ``VmRSS`` as the kernel's shared file cache, in ``RssAnon`` they do not."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])

@@ -165,7 +165,7 @@ def run_size(n: int, base: np.ndarray, texts: list[str], qvecs: list[np.ndarray]
              config: Config, calls: int, naive_calls: int, workdir: Path) -> None:
     path = workdir / f"context-{n}.db"
     build_s = build_database(path, n, base, texts, config)
-    rss_before = memory_kib("VmRSS")
+    rss_before = memory_kib("RssAnon")
     with MemoryClient(config=config.replace(db_path=str(path))) as client:
         client.query_vectors.embedder = shared_embedder(config)
         for query, vec in zip(QUERIES, qvecs, strict=True):  # query embedding timed apart
@@ -174,7 +174,7 @@ def run_size(n: int, base: np.ndarray, texts: list[str], qvecs: list[np.ndarray]
         client.get_context(SESSION, query=QUERIES[0])  # cold: loads the vector cache
         cold_ms = (time.perf_counter() - began) * 1000
         ctx = timed(calls, lambda i: client.get_context(SESSION, query=QUERIES[i % len(QUERIES)]))
-        serving_mib = (memory_kib("VmRSS") - rss_before) / 1024  # before the baselines' copies
+        serving_mib = (memory_kib("RssAnon") - rss_before) / 1024  # before the baselines' copies
         index = client.vector_cache._entries[Scope(SESSION).key].index
         candidates = []
         for vec in qvecs:
@@ -245,7 +245,7 @@ def report(n: int, build_s: float, cold_ms: float, ctx: list[float], brute: list
           f"  brute scan / get_context p95: x{b95 / c95:.2f}")
     print(f"  rows whose last block was read per query: median {int(np.median(candidates)):,} "
           f"of {n:,}; same ids as the brute scan: {'yes' if same else 'NO'}")
-    print(f"  vector cache {cache_mib:.0f} MiB; process RSS grew {rss_mib:.0f} MiB by loading "
+    print(f"  vector cache {cache_mib:.0f} MiB; private memory grew {rss_mib:.0f} MiB by loading "
           f"and serving this session; RSS now {memory_kib('VmRSS') / 1024:.0f} MiB, peak "
           f"{memory_kib('VmHWM') / 1024:.0f} MiB (the peak includes building the database "
           f"and the baselines)")

@@ -195,14 +195,14 @@ def run_size(n: int, originals: list[locomo.Conversation], store: TextVectors,
     path = workdir / f"realistic-{n}.db"
     ids, build_s = build(path, history, matrix, config)
     whole = all(f"{c.session_id}/{t.dia_id}" in ids for c in originals for t in c.turns)
-    rss = memory_kib("VmRSS")
+    rss = memory_kib("RssAnon")
     with reader(config.replace(db_path=str(path)), asked) as client:
         began = time.perf_counter()
         client.get_context(asked[0].conversation.memq_session(None, "user"),
                            asked[0].question.text, scope="user")
         cold = time.perf_counter() - began
         found = measure(client, asked, ids, whole)
-        grown = (memory_kib("VmRSS") - rss) / 1024
+        grown = (memory_kib("RssAnon") - rss) / 1024
         base = baselines(client, asked)
         cache_bytes = client.vector_cache.nbytes
         keys = projection(client, asked)
@@ -269,7 +269,8 @@ def report(n: int, turns: int, build_s: float, reused: int, cold: float,
               f"p50 x{p50 / b50:.1f}, p95 x{p95 / b95:.1f}")
     per_100k = cache_bytes / 2**20 * 100_000 / max(turns, 1)
     print(f"  vector cache {cache_bytes / 2**20:.0f} MiB ({per_100k:.0f} MiB per 100,000 "
-          f"vectors); the process grew {grown_mib:.0f} MiB loading and serving the scope")
+          f"vectors); the process's private memory grew {grown_mib:.0f} MiB loading and "
+          "serving the scope")
 
 
 def main(argv: list[str] | None = None) -> None:

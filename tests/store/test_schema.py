@@ -10,7 +10,7 @@ import pytest
 
 from memq.errors import MigrationError
 from memq.store import schema
-from memq.store.connection import PAGE_SIZE, open_connection
+from memq.store.connection import PAGE_SIZE, READ_MMAP_BYTES, open_connection
 
 
 def tables(path: Path) -> set[str]:
@@ -66,6 +66,30 @@ def test_connection_policy(tmp_path: Path) -> None:
     assert reader.pragma("query_only") == 1
     schema.migrate(conn)
     assert conn.pragma("page_size") == PAGE_SIZE
+
+
+def test_readers_map_the_file_and_see_every_commit_as_it_grows(tmp_path: Path) -> None:
+    """A reader reads the file through a mapping (store/connection.py), the writer not; a
+    mapping made while the file was small still shows rows written after it grew, whether
+    they sit in the WAL or were checkpointed into the file, and rows rewritten in place."""
+    writer = open_connection(tmp_path / "g.db")
+    writer.execute("CREATE TABLE t (n INTEGER PRIMARY KEY, body TEXT)")
+    reader = open_connection(tmp_path / "g.db", readonly=True)
+    assert reader.pragma("mmap_size") == READ_MMAP_BYTES
+    assert writer.pragma("mmap_size") == 0
+    assert reader.execute("SELECT count(*) FROM t").fetchall() == [(0,)]
+    body = "x" * 5000
+    for step in range(4):
+        with writer:
+            writer.executemany("INSERT INTO t (body) VALUES (?)", [(body,)] * 500)
+            writer.execute("UPDATE t SET body = ? WHERE n = 1", (f"rewritten {step}",))
+        if step % 2:
+            writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        rows = reader.execute("SELECT count(*), sum(length(body)) FROM t").fetchall()
+        assert rows == [(500 * (step + 1), 5000 * (500 * (step + 1) - 1) + 11)]
+        assert reader.execute("SELECT body FROM t WHERE n = 1").fetchall() \
+            == [(f"rewritten {step}",)]
+    assert (tmp_path / "g.db").stat().st_size > 8 * 2**20  # grew well past the first map
 
 
 def test_an_existing_database_keeps_its_page_size(tmp_path: Path) -> None:
