@@ -110,6 +110,10 @@ class RetrievalConfig:
     recall_context_weight: float = 0.5
     recall_feedback: float = 1.0
     recall_feedback_turns: int = 2
+    recall_duplicate_cosine: float = 0.99
+    """A relevant turn this close (cosine) to a better one already chosen is left out: a
+    near-copy (a retried call, a repeated tool output, the same words to someone else)
+    takes one place, not several. 1.0: only exact copies."""
     reranker_dir: str = ""
     """A local cross-encoder (see memq/reranker.py); empty: none (the default)."""
     reranker_candidates: int = 40
@@ -126,6 +130,8 @@ class RetrievalConfig:
         _between("retrieval", "recall_context_weight", self.recall_context_weight, 0.0, 1.0)
         _between("retrieval", "recall_feedback", self.recall_feedback, 0.0, 10.0)
         _at_least("retrieval", "recall_feedback_turns", self.recall_feedback_turns, 1)
+        _between("retrieval", "recall_duplicate_cosine", self.recall_duplicate_cosine,
+                 0.5, 1.0)
         _at_least("retrieval", "reranker_candidates", self.reranker_candidates, 1)
         _at_least("retrieval", "facts_limit", self.facts_limit, 1)
         _at_least("retrieval", "query_cache_size", self.query_cache_size, 1)

@@ -20,11 +20,16 @@ the development conversations (bench/retrieval.py):
    semantic round asks with the query's vector moved towards the mean of the best few
    candidates' vectors (``feedback`` times that unit mean, added, then normalised), and
    each turn keeps the better of its two fused scores (:func:`best_of`).
+5. *Distinct.* A candidate whose vector is within ``duplicate_cosine`` of a better one's is
+   left out (:func:`distinct`): a history repeats itself (a retried call, the same tool
+   output, the same words to someone else), and each near-copy would take a place of the
+   budget that something else could use. The better of the copies, by rules 1-4, stays:
+   the one whose words match the question's (a name, say) when the others do not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -124,6 +129,33 @@ def best_of(first: Iterable[Candidate], second: Iterable[Candidate]) -> list[Can
         if kept is None or candidate.own > kept.own:
             best[candidate.id] = replace(candidate, feedback=True)
     return _ranked(best.values())
+
+
+COPY_SLACK = 1e-4
+"""Rounding of the stored vectors (int8 blocks, store/read/vector_index.py): two copies of
+one text score 0.9999 as well as 1 with each other, and are copies all the same."""
+
+
+def distinct(ranked: Sequence[Candidate], vectors: Mapping[str, np.ndarray],
+             cosine: float) -> list[Candidate]:
+    """``ranked`` without each candidate whose vector has a dot product of at least
+    ``cosine`` with that of a better candidate kept; one without a vector always stays."""
+    with_vector = [c.id for c in ranked if c.id in vectors]
+    if len(with_vector) < 2:
+        return list(ranked)
+    row = {mid: n for n, mid in enumerate(with_vector)}
+    matrix = np.array([vectors[mid] for mid in with_vector], dtype=np.float64)
+    near = matrix @ matrix.T >= cosine - COPY_SLACK
+    kept_rows: list[int] = []
+    kept = []
+    for candidate in ranked:
+        at = row.get(candidate.id)
+        if at is not None:
+            if near[at, kept_rows].any():
+                continue
+            kept_rows.append(at)
+        kept.append(candidate)
+    return kept
 
 
 def _z_scores(cosine: Mapping[str, float], moments: tuple[float, float] | None,

@@ -107,8 +107,10 @@ class Sources(Protocol):
         """The query's unit vector."""
         ...
 
-    def vectors(self, scope: Scope, ids: Sequence[str]) -> np.ndarray:
-        """The stored unit vectors of those of ``ids`` that have one (a row each)."""
+    def vectors(self, scope: Scope, ids: Sequence[str], *, turned: bool = False
+                ) -> Mapping[str, np.ndarray]:
+        """The stored unit vector of each of ``ids`` that has one; ``turned``: all in one
+        basis of the store's choosing, good for their dot products with each other only."""
         ...
 
     def messages(self, ids: list[str]) -> list[Message]:
@@ -216,6 +218,10 @@ LEXICAL_EVIDENCE = 1000
 that are not among them (FTS5 scores every match to sort them anyway)."""
 
 
+DISTINCT_HEAD = 3
+"""Candidates looked at for near-copies, per item wanted: what is left fills the budget."""
+
+
 @dataclass(frozen=True)
 class Relevance:
     """Lexical and calibrated semantic evidence fused, plus the turn after each match.
@@ -242,6 +248,8 @@ class Relevance:
     second round)."""
     feedback_turns: int = 2
     """How many of the first round's best turns the feedback round moves towards."""
+    duplicate_cosine: float = 1.0
+    """A candidate whose vector is at least this near a better one's is left out."""
     name: str = "relevance"
 
     def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
@@ -254,6 +262,7 @@ class Relevance:
             turns = {m.id: m for m in after.values()}
             following = {mid: m.id for mid, m in after.items()}
             ranked = fusion.with_neighbours(ranked, following, self.neighbour_share)
+        ranked = self._distinct(sources, scope, ranked)  # a neighbour may be a copy too
         if self.rerank > 0:
             ranked = self._reranked(sources, query, ranked, turns)
         best = ranked[: self.limit]
@@ -261,6 +270,14 @@ class Relevance:
                                                            if c.id not in turns]))
         return [Hit(turns[c.id], c.fused, c.scores(), c.branches, c.neighbour_of)
                 for c in best if c.id in turns]  # (a turn deleted meanwhile is skipped)
+
+    def _distinct(self, sources: Sources, scope: Scope, ranked: list[fusion.Candidate]
+                  ) -> list[fusion.Candidate]:
+        """The best candidates without their near-copies (rule 5 of
+        :mod:`producers.ranking.fusion`); enough of them to fill ``limit`` after."""
+        head = ranked[: DISTINCT_HEAD * self.limit]
+        vectors = sources.vectors(scope, [c.id for c in head], turned=True)
+        return fusion.distinct(head, vectors, self.duplicate_cosine) + ranked[len(head):]
 
     def _reranked(self, sources: Sources, query: str, ranked: list[fusion.Candidate],
                   turns: dict[str, Message]) -> list[fusion.Candidate]:
@@ -283,7 +300,8 @@ class Relevance:
         if self.feedback <= 0 or not first:
             return first
         found = sources.vectors(scope, [c.id for c in first[: self.feedback_turns]])
-        moved = fusion.feedback_query(sources.query_vector(query), found, self.feedback)
+        moved = fusion.feedback_query(sources.query_vector(query),
+                                      np.array(list(found.values())), self.feedback)
         if moved is None:
             return first
         return fusion.best_of(first, self._round(sources, scope, bm25, moved))
@@ -402,7 +420,8 @@ def recall(config: RetrievalConfig) -> Profile:
                       contextual=config.recall_context_weight > 0,
                       rerank=config.reranker_candidates if config.reranker_dir else 0,
                       feedback=config.recall_feedback,
-                      feedback_turns=config.recall_feedback_turns),
+                      feedback_turns=config.recall_feedback_turns,
+                      duplicate_cosine=config.recall_duplicate_cosine),
         ),
         budgeted(budget),
     )

@@ -103,11 +103,13 @@ class SessionSources:
             return {}
         return self.vector_cache.scores(scope, ids, self._vector(query), keys=keys)
 
-    def vectors(self, scope: Scope, ids: Sequence[str]) -> np.ndarray:
-        """The stored vectors of those of ``ids`` that have one (a row each)."""
+    def vectors(self, scope: Scope, ids: Sequence[str], *, turned: bool = False
+                ) -> dict[str, np.ndarray]:
+        """The stored vector of each of ``ids`` that has one (``turned``: see
+        :meth:`VectorCache.vectors`)."""
         if not self.database_exists():
-            return np.zeros((0, self.vector_cache.dim), dtype=np.float32)
-        return self.vector_cache.vectors(scope, ids)
+            return {}
+        return self.vector_cache.vectors(scope, ids, turned=turned)
 
     def _vector(self, query: Query) -> np.ndarray:
         return query if isinstance(query, np.ndarray) else self.query_vector(query)

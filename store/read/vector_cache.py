@@ -124,12 +124,17 @@ class VectorCache:
             self._refresh(scope, entry)
             return _searched(entry, keys).scores(ids, query)
 
-    def vectors(self, scope: Scope, ids: Iterable[str]) -> np.ndarray:
-        """The vectors of those of ``ids`` the scope holds (one row each, in their order)."""
+    def vectors(self, scope: Scope, ids: Iterable[str], *, turned: bool = False
+                ) -> dict[str, np.ndarray]:
+        """The vector of each of ``ids`` the scope holds; ``turned``: in the index's own
+        basis, where their dot products with each other are the same, without the cost of
+        turning them back (60 x 384 x 384 multiplications, ~1 ms)."""
         entry = self._entry(scope)
         with entry.lock:
             self._refresh(scope, entry)
-            return entry.index.vectors(ids)
+            present = list(dict.fromkeys(i for i in ids if i in entry.index))
+            read = entry.index.stored if turned else entry.index.vectors
+            return dict(zip(present, read(present), strict=True))
 
     def moments(self, scope: Scope, query: np.ndarray,
                 *, keys: bool = False) -> tuple[float, float] | None:

@@ -23,7 +23,14 @@ from memq import ContextItem, MemoryClient
 from memq.config import Config, RetrievalConfig, from_mapping
 from memq.embedding import Embedder
 from memq.errors import ConfigError
-from memq.producers.ranking.fusion import Candidate, best_of, feedback_query, fuse, with_neighbours
+from memq.producers.ranking.fusion import (
+    Candidate,
+    best_of,
+    distinct,
+    feedback_query,
+    fuse,
+    with_neighbours,
+)
 from memq.producers.ranking.profiles import Hit, Relevance, budgeted, profile_for
 from memq.store.read.messages import Message
 from tests.embedding_events import send_embeddings
@@ -161,6 +168,42 @@ def test_of_two_rounds_each_turn_keeps_its_better_score() -> None:
     assert by_id["c"].branches == ("semantic", "feedback")
 
 
+def test_of_near_copies_the_best_ranked_stays() -> None:
+    e = np.eye(4)
+    copy = _unit(e[0] + 0.05 * e[1])  # cosine 0.9988 with e[0]
+    ranked = [Candidate(mid, own=own) for mid, own in
+              (("a", 0.9), ("x", 0.8), ("b", 0.7), ("c", 0.6), ("d", 0.5))]
+    vectors = {"a": e[0], "b": copy, "c": e[2], "d": e[0]}  # x has no vector yet
+    assert [c.id for c in distinct(ranked, vectors, 0.99)] == ["a", "x", "c"]
+    assert [c.id for c in distinct(ranked, vectors, 0.999)] == ["a", "x", "b", "c"]
+    # 1: exact copies only, whatever the rounding of what is stored.
+    rounded = {**vectors, "d": e[0] * (1 - 5e-5)}
+    assert [c.id for c in distinct(ranked, rounded, 1.0)] == ["a", "x", "b", "c"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 12), st.just(3)),
+              elements=st.sampled_from([-1.0, 0.0, 0.5, 1.0, 2.0])),
+       st.floats(0.5, 1.0))
+def test_distinct_keeps_each_candidate_unless_a_kept_better_one_is_near(
+        rows: np.ndarray, cosine: float) -> None:
+    """Generated vectors with many exact and near repeats: what stays is in its order, no
+    two kept are near, and each left out is near one kept above it."""
+    norms = np.linalg.norm(rows, axis=1)
+    ranked = [Candidate(f"{n:02d}", own=1.0 - n / 100) for n in range(len(rows))]
+    vectors = {c.id: row / norm for c, row, norm in zip(ranked, rows, norms, strict=True)
+               if norm > 0}  # a zero row stands for a turn without a vector
+    kept = distinct(ranked, vectors, cosine)
+    ids = [c.id for c in kept]
+    assert ids == sorted(ids)
+    near = lambda a, b: float(vectors[a] @ vectors[b]) >= cosine - 1e-4  # noqa: E731
+    with_vectors = [i for i in ids if i in vectors]
+    assert not any(near(a, b) for a, b in itertools.combinations(with_vectors, 2))
+    for c in ranked:
+        if c.id not in ids:
+            assert any(near(c.id, k) for k in with_vectors if k < c.id)
+
+
 def test_the_budget_counts_each_message_once() -> None:
     m = [message(str(i), i) for i in range(8)]
     combine = budgeted(5)
@@ -209,6 +252,10 @@ class Turns:
     def messages(self, ids: list[str]) -> list[Message]:
         return [m for m in self.turns if m.id in ids]
 
+    def vectors(self, session_id: str, ids: Sequence[str],
+                *, turned: bool = False) -> dict[str, np.ndarray]:
+        return {}  # the semantic scores are given: no vectors behind them
+
 
 class VectorTurns(Turns):
     """Turns with real vectors: the semantic reads score them against the query's vector
@@ -242,9 +289,9 @@ class VectorTurns(Turns):
         dots = self._dots(query)
         return {mid: dots[mid] for mid in ids if mid in dots}
 
-    def vectors(self, session_id: str, ids: Sequence[str]) -> np.ndarray:
-        rows = [self.ids.index(i) for i in ids if i in self.ids]
-        return self.matrix[rows]
+    def vectors(self, session_id: str, ids: Sequence[str],
+                *, turned: bool = False) -> dict[str, np.ndarray]:
+        return {i: self.matrix[self.ids.index(i)] for i in ids if i in self.ids}
 
 
 QUERY = np.eye(16, dtype=np.float32)[0]
@@ -355,6 +402,28 @@ def test_recall_finds_the_match_and_the_answer_after_it(
     assert answer.fused == pytest.approx(0.7 * match.fused)  # the match's own score, shared
     assert answer.lexical is None
     assert answer.to_dict()["neighbour_of"] == ids[12]
+
+
+@pytest.mark.redis
+@pytest.mark.model
+@pytest.mark.parametrize("cosine", [0.99, 1.0])
+def test_a_repeated_tool_output_takes_one_place(
+    config: Config, clients: list[MemoryClient], embedder: Embedder, cosine: float
+) -> None:
+    """A deploy retried four times left four copies of its failure far behind the recent
+    window: the question gets one copy, and the places the others would take go to the
+    next relevant turn (with any setting: the copies are exact)."""
+    turns = [FILLER[i % len(FILLER)] + f" (day {i})" for i in range(40)]
+    turns[3] = turns[7] = turns[11] = turns[15] = (
+        "Deploy of billing-api failed: node-7 out of disk space on /var/lib/docker.")
+    turns[22] = "Runbook for a failed billing-api deploy: prune old docker images on the node."
+    client = recall_client(config, clients, embedder, recall_budget=16,
+                           recall_duplicate_cosine=cosine)
+    ids = record(client, turns, embedder)
+    items = client.get_context("s1", "Why did the billing-api deploy fail on node-7?")
+    found = [ids.index(item.id) for item in items if "recency" not in item.scores]
+    assert len({3, 7, 11, 15} & set(found)) == 1, found
+    assert 22 in found
 
 
 @pytest.mark.redis
@@ -497,6 +566,9 @@ def test_recall_profile_from_the_file() -> None:
     ({"recall_feedback": -0.5}, "recall_feedback must be between 0.0 and 10.0"),
     ({"recall_feedback": float("inf")}, "recall_feedback must be between 0.0 and 10.0"),
     ({"recall_feedback_turns": 0}, "recall_feedback_turns must be at least 1"),
+    ({"recall_duplicate_cosine": 1.01}, "recall_duplicate_cosine must be between 0.5 and 1.0"),
+    ({"recall_duplicate_cosine": 0.2}, "recall_duplicate_cosine must be between 0.5 and 1.0"),
+    ({"recall_duplicate_cosine": float("nan")}, "recall_duplicate_cosine must be between"),
     ({"recall_min_z": float("nan")}, "recall_min_z must be between"),
     ({"recall_min_z": "high"}, "recall_min_z must be float"),
     ({"recall_budget": 2.5}, "recall_budget must be int"),

@@ -14,7 +14,7 @@ from memq.clock import now_rfc3339, uuid7
 from memq.config import DEFAULT_MODEL_NAME, Config
 from memq.errors import EventsRejected
 from memq.events import Event, EventType
-from memq.store.read import neighbourhoods
+from memq.store.read import neighbourhoods, vector_index
 from memq.store.read.pool import ReadPool
 from memq.store.read.scope import Scope
 from memq.store.read.vector_cache import VectorCache
@@ -245,5 +245,30 @@ def test_a_large_scopes_keys_are_projected_and_still_scored_exactly(
         again = cache.search(scope, query, -1.0, 5, keys=True)
         assert ids[10] not in {i for i, _ in again}
         assert cache.scores(scope, [ids[10]], query, keys=True) == {}
+    finally:
+        readers.close()
+
+
+def test_vectors_turned_keep_their_dot_products(
+        client: MemoryClient, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fitted index keeps its rows rotated: read back as given, or as kept (cheaper), the
+    vectors have the same dot products with each other (what near-copies are judged by)."""
+    monkeypatch.setattr(vector_index, "FIT_MIN_ROWS", 32)
+    readers = ReadPool(config.db_path)
+    cache = VectorCache(readers, model_name=DEFAULT_MODEL_NAME, dim=DIM)
+    try:
+        ids = appended(client, "s1", 64)
+        given = unit_vectors(64, seed=4)
+        send_embeddings(client, ids, given)
+        scope = Scope("s1")
+        cache.refresh(scope)
+        assert cache._entries[scope.key].index.basis is not None  # rotated
+        asked = [ids[5], "unknown", ids[9], ids[5], ids[40]]
+        plain, turned = cache.vectors(scope, asked), cache.vectors(scope, asked, turned=True)
+        assert list(plain) == list(turned) == [ids[5], ids[9], ids[40]]
+        assert plain[ids[9]] == pytest.approx(given[9], abs=0.01)
+        gram = lambda vs: np.array([[a @ b for b in vs.values()] for a in vs.values()])  # noqa: E731
+        assert gram(turned) == pytest.approx(gram(plain), abs=1e-5)
+        assert not np.allclose(turned[ids[9]], plain[ids[9]], atol=0.01)
     finally:
         readers.close()
