@@ -82,11 +82,12 @@ def _apply_policy(conn: apsw.Connection, *, readonly: bool) -> None:
         # Readers never write; query_only guards against a stray statement.
         conn.pragma("query_only", True)
         # Pages are read straight from the OS's cache of the file, not copied into each
-        # connection's own cache (2 MiB, 128 pages) first: a search that reaches a thousand
-        # rows scattered over a large file read most of them through a system call each.
-        # The mapping is the kernel's page cache, shared by every process and reclaimable,
-        # not memory of this one; only the writer ever changes the file, and never
-        # shrinks it (no VACUUM), which is when a mapping could fault.
+        # connection's own cache (SQLite's default, ~2 MB: 125 pages) first: a search
+        # that reaches a thousand rows scattered over a large file read most of them
+        # through a system call each. The mapping is the kernel's page cache, shared by
+        # every process and reclaimable, not memory of this one; only the writer ever
+        # changes the file, and never shrinks it (no VACUUM), which is when a mapping
+        # could fault.
         conn.pragma("mmap_size", READ_MMAP_BYTES)
         # Read the header now: a file that is not a database fails here, at the boundary,
         # rather than in the first query of whoever asked.
