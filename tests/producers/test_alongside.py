@@ -4,6 +4,8 @@ either way the caller gets the read's result or its error (producers/ranking/alo
 from __future__ import annotations
 
 import os
+import select
+import signal
 import threading
 from collections.abc import Iterator
 
@@ -68,6 +70,7 @@ def test_a_forked_child_gets_threads_of_its_own() -> None:
     """The parent's pool was copied without its threads: a read there would never run."""
     alongside.start(int).result(timeout=10)  # the parent's pool exists
     read, write = os.pipe()
+    ready: list[int] = []
     child = os.fork()
     if child == 0:  # pragma: no cover - the child reports through the pipe
         try:
@@ -77,7 +80,11 @@ def test_a_forked_child_gets_threads_of_its_own() -> None:
             os._exit(0)
     os.close(write)
     try:
+        ready, _, _ = select.select([read], [], [], 30)
+        assert ready, "the child's read never ran"
         assert os.read(read, 1) == b"1"
     finally:
         os.close(read)
+        if not ready:
+            os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
