@@ -72,17 +72,20 @@ def steady(url: str, token: str, rate: float, seconds: float, label: str,
     return lags
 
 
-def flood(url: str, token: str, stop: Any, seed: int, sent: Any, batch: int) -> None:
+def flood(url: str, token: str, stop: Any, seed: int, sent: Any, batch: int,
+          ready: Any) -> None:
     """Batches of 100 turns as fast as the server takes them, until ``stop`` is set; the
-    turns accepted are added to ``sent``. Run in processes of its own: in B's process, its
-    threads would hold the interpreter while B's client waits, and B's lag would measure
-    that instead of the service."""
+    turns accepted are added to ``sent``, and ``ready`` counts the processes whose first
+    call was answered. Run in processes of their own: in B's process, their threads would
+    hold the interpreter while B's client waits, and B's lag would measure that instead of
+    the service."""
     rng = random.Random(seed)
     # Made once: the flood is the requests, not this process making their text (on two
     # cores that would take the service's CPU, and B's lag would measure the machine).
     turns = [{"session_id": f"a-{seed}", "role": "tool" if j % 3 == 2 else "user",
               "content": tool_output(j, rng) if j % 3 == 2 else chat_text(j)}
              for j in range(batch)]
+    answered = False
     with RemoteMemoryClient(url, token=token) as client:
         while not stop.is_set():
             try:
@@ -91,18 +94,30 @@ def flood(url: str, token: str, stop: Any, seed: int, sent: Any, batch: int) -> 
                     sent.value += batch
             except RateLimited:
                 stop.wait(0.05)  # a flooder does not honour Retry-After
+            if not answered:
+                answered = True
+                with ready.get_lock():
+                    ready.value += 1
 
 
 def measure(urls: tuple[str, str], b_token: str, flooder: str | None,
             args: argparse.Namespace, label: str) -> tuple[list[float], int]:
     """B on the second server, A on the first (the same server when only one runs)."""
     spawn = multiprocessing.get_context("spawn")
-    stop, sent = spawn.Event(), spawn.Value("q", 0)
-    floods = [spawn.Process(target=flood, args=(urls[0], flooder, stop, k, sent, args.batch))
+    stop, sent, ready = spawn.Event(), spawn.Value("q", 0), spawn.Value("i", 0)
+    floods = [spawn.Process(target=flood, args=(urls[0], flooder, stop, k, sent, args.batch,
+                                                ready))
               for k in range(args.flooders)] if flooder else []
     for process_ in floods:
         process_.start()
     try:
+        # B starts once the flood has: a process starting up (its imports, a second of CPU
+        # each) is not the flood, and on two cores B's lag would measure it.
+        deadline = time.monotonic() + 60
+        while ready.value < len(floods) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with sent.get_lock():
+            sent.value = 0
         lags = steady(urls[1], b_token, args.rate, args.seconds, label, args.flush_timeout)
     finally:
         stop.set()
