@@ -21,10 +21,13 @@ and in arrival order one key's flood would sit in the stream ahead of every othe
 next turn. So only a few of its entries are in the stream at a time (:data:`IN_FLIGHT`,
 delivered to the writer or not), and each move takes the waiting items key by key, round
 robin, each key's in its own order. A key's next turn waits behind at most that many of
-another's, not behind its whole backlog. Since the entries no longer keep the queue's
-order, each carries its key's own count (``kseq``, from ``memq:queue:keys:key:<id>:relayed``),
-which is what a keyed sender's ``flush`` waits on; the queue's ordinals follow the
-stream's order, so its committed ordinal still says how much of the queue is done.
+another's, not behind its whole backlog; and a key with only a turn or two waiting (a
+light one, :data:`LIGHT`) is moved with just one of each busier key's, and committed
+before the relay moves more, so its own transaction is small too. Since the entries no
+longer keep the queue's order, each carries its key's own count (``kseq``, from
+``memq:queue:keys:key:<id>:relayed``), which is what a keyed sender's ``flush`` waits on;
+the queue's ordinals follow the stream's order, so its committed ordinal still says how
+much of the queue is done.
 """
 
 from __future__ import annotations
@@ -118,6 +121,14 @@ SCAN = 512
 the move. (The moved ones leave the list by a marker, ``''``, which no item can be: each
 holds a newline.)"""
 
+LIGHT = 4
+"""A key with at most this many items waiting is light: an agent's next turn, not a
+backlog. A move that finds light keys beside heavy ones takes the light keys' items and
+only one of each heavy key's, and the relay moves nothing more until the writer has
+committed them: the light key's turn is committed in a transaction of a few events, not
+behind a full share of the heavy keys' (the sparse-flow rule of fair queueing). A heavy
+key still moves on every move, so no number of light keys can starve it."""
+
 IN_TURN = _REFUSE_CHOSEN_IDS + """
 local room = tonumber(ARGV[1])
 local groups = redis.pcall('XINFO', 'GROUPS', KEYS[3])
@@ -145,12 +156,18 @@ for i, item in ipairs(items) do
   if lanes[lane] == nil then lanes[lane] = {}; table.insert(order, lane) end
   table.insert(lanes[lane], i)
 end
+local light, heavy = false, false
+for _, lane in ipairs(order) do
+  if #lanes[lane] <= tonumber(ARGV[7]) then light = true else heavy = true end
+end
+local sparse = light and heavy
 local picks, round = {}, 1
 while #picks < room do
   local any = false
   for _, lane in ipairs(order) do
     local index = lanes[lane][round]
-    if index ~= nil and #picks < room then table.insert(picks, index); any = true end
+    local takes = round == 1 or not sparse or #lanes[lane] <= tonumber(ARGV[7])
+    if index ~= nil and takes and #picks < room then table.insert(picks, index); any = true end
   end
   if not any then break end
   round = round + 1
@@ -188,14 +205,16 @@ if count > 0 then
   redis.call('LREM', KEYS[1], count, '')
   redis.call('SET', KEYS[2], string.format('%d', base + count))
 end
-return {count, failure, 0}
+return {count, failure, sparse and 2 or 0}
 """
 """KEYS: the keys' queue, its relayed count, its stream; ARGV: how many entries may be in
 the stream (:data:`IN_FLIGHT`), how far ahead of Redis' clock a stream id may be, the
 writer's group, how many waiting items to look at, the prefix of the keys' counts, the
-mark of an item its push counted (one an older server queued is moved uncounted).
+mark of an item its push counted (one an older server queued is moved uncounted), how
+many waiting items a key may have and still be light (:data:`LIGHT`).
 Returns how many moved, Redis' refusal if an XADD failed (the items from it on stay,
-in their order), and 1 when the stream was full (nothing moved: try again shortly)."""
+in their order), and 1 when the stream was full (nothing moved: try again shortly), 2
+after a light key's move (let the writer commit it before moving more)."""
 
 
 def relay(connection: redis.Redis, stream: str, run: int = RUN) -> int:
@@ -206,12 +225,13 @@ def relay(connection: redis.Redis, stream: str, run: int = RUN) -> int:
 
 
 def _relay(connection: redis.Redis, stream: str, run: int = RUN) -> tuple[int, bool]:
-    """How many moved, and whether the keys' stream was full (nothing could move)."""
+    """How many moved, and whether to wait for the writer's next commit before the next
+    move: the keys' stream was full, or a light key's turn was just moved."""
     keys = [names.INBOX_QUEUES[stream], names.RELAYED_KEYS[stream], stream]
     if stream == names.KEYS_INBOX_STREAM:
         reply: Any = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
             IN_TURN, len(keys), *keys, min(run, IN_FLIGHT), FUTURE_TOLERANCE_MS,
-            names.WRITER_GROUP, SCAN, names.KEY_COUNT_PREFIX, names.COUNTED_MARK)
+            names.WRITER_GROUP, SCAN, names.KEY_COUNT_PREFIX, names.COUNTED_MARK, LIGHT)
     else:
         reply = connection.eval(  # type: ignore[no-untyped-call, unused-ignore]
             SCRIPT, len(keys), *keys, run, FUTURE_TOLERANCE_MS)
@@ -221,7 +241,7 @@ def _relay(connection: redis.Redis, stream: str, run: int = RUN) -> tuple[int, b
         raise redis.exceptions.ResponseError(
             f"relaying {names.INBOX_QUEUES[stream]} into {stream} stopped after {moved} items: "
             f"{text}")
-    return moved, len(reply) > 2 and int(reply[2]) == 1
+    return moved, len(reply) > 2 and int(reply[2]) in (1, 2)
 
 
 def relay_all(connection: redis.Redis) -> int:
@@ -264,10 +284,11 @@ class Relay(threading.Thread):
 
     def _relay_then_wait(self) -> None:
         while not self.stop.is_set():
-            moved, full = _relay(self.redis, self.stream)
-            if full:  # the keys' stream holds its share: the writer's next commit frees it
+            # Cleared before the move: only a commit after it may end the wait below.
+            self.committed.clear()
+            moved, wait = _relay(self.redis, self.stream)
+            if wait:  # the stream holds its share, or a light key's turn: the next commit
                 self.committed.wait(FULL_WAIT_S)
-                self.committed.clear()
                 return
             if moved < RUN:
                 break

@@ -7,6 +7,8 @@ import threading
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memq import names
 from memq.inbox import caught_up, committed_marks, inbox_marks, queue_item, send_to_inbox
@@ -111,8 +113,9 @@ def keyed(connection: redis.Redis, sender: str, count: int, tag: str) -> list[tu
 
 def test_the_keys_queue_takes_each_key_in_turn_and_keeps_each_senders_order(
         redis_url: str) -> None:
-    """A key's flood queued first does not keep another key's turn behind it: a move takes
-    the keys in turn, and each entry carries its key's own count."""
+    """A key's flood queued first does not keep another key's turn behind it: a light
+    key's turn moves at once with one of the flood's, then, once the writer has those,
+    the flood fills the stream's share; each entry carries its key's own count."""
     from memq.store.write import relay as relays
 
     connection = redis.Redis.from_url(redis_url)
@@ -124,16 +127,76 @@ def test_the_keys_queue_takes_each_key_in_turn_and_keeps_each_senders_order(
     assert (flood[0], flood[-1], turn, more) == ((base + 1, 0), (base + 100, 0),
                                                  [(base + 1, 0)], [(base + 101, 0),
                                                                    (base + 102, 0)])
-    assert relay(connection, KEYS) == relays.IN_FLIGHT
+    assert relays._relay(connection, KEYS) == (2, True)  # then wait for the writer
+    assert [f[b"event"] for f in entries(connection, KEYS)] == [b'{"a":0}', b'{"b":0}']
+    assert relays._relay(connection, KEYS) == (relays.IN_FLIGHT - 2, False)  # key a alone
     moved = entries(connection, KEYS)
-    assert [f[b"event"] for f in moved[:3]] == [b'{"a":0}', b'{"b":0}', b'{"a":1}']
+    assert [f[b"event"] for f in moved[2:4]] == [b'{"a":1}', b'{"a":2}']
     assert [int(f[b"ordinal"]) for f in moved] == list(range(1, relays.IN_FLIGHT + 1))
     # Key a's entries, of two senders, count on in its own order.
     a_seqs = [int(f[b"kseq"]) for f in moved if f[b"sender"].endswith(b"key-a")]
     assert a_seqs == list(range(1, len(a_seqs) + 1))
     # Nothing more while the writer has not taken those: the stream holds its share.
-    assert relay(connection, KEYS) == 0
+    assert relays._relay(connection, KEYS) == (0, True)
     assert connection.llen(names.INBOX_QUEUES[KEYS]) == 103 - relays.IN_FLIGHT
+
+
+def test_light_keys_never_starve_a_busy_one(redis_url: str) -> None:
+    """However many light keys queue before and after a flood, each move takes the flood's
+    next item once the flood is among the first keys of the queue, and only one, until the
+    light keys have all moved."""
+    from memq.store.write import relay as relays
+
+    connection = redis.Redis.from_url(redis_url)
+    connection.xgroup_create(KEYS, names.WRITER_GROUP, id="0", mkstream=True)
+    for i in range(40):
+        keyed(connection, f"{i:032d}:light-{i}", 1, f"l{i}")
+    keyed(connection, "a" * 32 + ":key-a", 100, "a")
+    for i in range(40, 80):
+        keyed(connection, f"{i:032d}:light-{i}", 1, f"l{i}")
+    flood_moved = []
+    for _ in range(4):
+        connection.xtrim(KEYS, maxlen=0)  # as if the writer had committed what moved
+        relays._relay(connection, KEYS)
+        flood_moved.append(sum(1 for f in entries(connection, KEYS)
+                               if f[b"sender"].endswith(b"key-a")))
+    # The first 32 light keys fill a move; then the flood moves one by one beside the
+    # rest; with no light key left, it fills the stream's share.
+    assert flood_moved == [0, 1, 1, relays.IN_FLIGHT]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(waiting=st.lists(st.integers(0, 7), min_size=1, max_size=60))
+def test_a_move_takes_light_keys_whole_and_one_of_each_busy_key_beside_them(
+        redis_url: str, waiting: list[int]) -> None:
+    """Items of up to 8 keys in any interleaving: each key's moved items are the first it
+    queued, in order; beside a light key, each busy key moves one item and every light
+    key all of its own; with none light or none busy, the move fills the stream's share."""
+    from memq.store.write import relay as relays
+
+    connection = redis.Redis.from_url(redis_url)
+    connection.delete(KEYS, names.INBOX_QUEUES[KEYS], names.RELAYED_KEYS[KEYS])
+    connection.xgroup_create(KEYS, names.WRITER_GROUP, id="0", mkstream=True)
+    for n, key in enumerate(waiting):
+        keyed(connection, f"{key:032d}:key-{key}", 1, f"{key}-{n}")
+    counts = {key: waiting.count(key) for key in set(waiting)}
+    moved, wait = relays._relay(connection, KEYS)
+    taken: dict[int, list[bytes]] = {}
+    for fields in entries(connection, KEYS):
+        taken.setdefault(int(fields[b"sender"][:32]), []).append(fields[b"event"])
+    for key, events in taken.items():  # each key's first items, in its order
+        assert events == [f"{{\"{key}-{n}\":0}}".encode()
+                          for n, k in enumerate(waiting) if k == key][:len(events)]
+    light = {key for key, count in counts.items() if count <= relays.LIGHT}
+    if light and len(light) < len(counts) and len(counts) <= relays.IN_FLIGHT:
+        assert wait
+        assert all(len(taken.get(key, [])) == 1 for key in counts if key not in light)
+        assert sum(len(v) for k, v in taken.items() if k in light) == min(
+            sum(counts[k] for k in light), relays.IN_FLIGHT - (len(counts) - len(light)))
+    else:
+        assert not wait
+        assert moved == min(len(waiting), relays.IN_FLIGHT)
 
 
 def test_a_keyed_sender_is_committed_by_its_keys_count(redis_url: str) -> None:
