@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
@@ -22,6 +23,24 @@ if TYPE_CHECKING:
     from memq import MemoryClient
 
 T = TypeVar("T")
+
+SWITCH_INTERVAL_S = 0.001
+"""How long a thread may hold the interpreter while another waits for it, in the server
+and the writer (Python's default: 5 ms)."""
+
+
+def latency_first() -> None:
+    """Hand the interpreter between threads every millisecond, not every five.
+
+    The server and the writer are threads that mostly wait on sockets and SQLite, which
+    release the interpreter, and each wait ends by taking it back: behind a thread busy
+    with one key's 100-turn batch, every such return could wait 5 ms, and a small call
+    makes several. With the relay's light keys (store/write/relay.py), bench/fairness.py
+    gave another key's slowest turns (p99) x3.3-4.4 their time alone, against x4.6-5.3
+    with neither (six runs each, alternated); this alone made no difference that three
+    runs could show.
+    """
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def add_store_options(

@@ -19,7 +19,7 @@ from typing import Any
 
 from memq import acl, broker, logs
 from memq.authority import Role
-from memq.cli.common import add_store_options, load_config, port
+from memq.cli.common import add_store_options, latency_first, load_config, port
 from memq.config import Config
 from memq.errors import ConfigError
 from memq.tokens import SERVED_ROLES, Tokens, ensure_secret, token_path
@@ -49,6 +49,7 @@ def serve(args: argparse.Namespace) -> int:
     from memq.server.app import create_app
 
     logs.setup()
+    latency_first()
     config = load_config(args)
     directory = Path(config.db_path).resolve().parent
     directory.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from memq import broker, logs
-from memq.cli.common import add_store_options, load_config
+from memq.cli.common import add_store_options, latency_first, load_config
 from memq.signals import stop_on_signals
 
 
@@ -24,6 +24,7 @@ def run_writer(args: argparse.Namespace) -> int:
     from memq.store.write.service import open_writer  # the CLI alone may import the roles
 
     logs.setup()
+    latency_first()
     config = load_config(args)
     # No silent retries inside redis-py: the writer must see every broken connection, as
     # it then re-reads entries whose delivery reply may have been lost (store.inbox).

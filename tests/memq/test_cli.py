@@ -195,3 +195,17 @@ def test_rejected_drop_removes_what_it_names(config: Config, writer: WriterThrea
     assert "no rejected events" in capsys.readouterr().out
     assert main(["rejected", "drop", "1", *store]) == 1
     assert "no rejected event with id 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["writer", "serve"])
+def test_the_server_and_the_writer_hand_the_interpreter_over_every_millisecond(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set before anything else (here the configuration, which is refused): their threads
+    mostly wait on sockets and SQLite, and each return waits for the interpreter."""
+    intervals: list[float] = []
+    monkeypatch.setattr("memq.cli.common.sys.setswitchinterval", intervals.append)
+    bad = tmp_path / "memq.toml"
+    bad.write_text("[retrieval]\nnope = 1\n")
+    assert main([command, "--config", str(bad), "--db", str(tmp_path / "x.db")]) == 1
+    assert intervals == [0.001]
