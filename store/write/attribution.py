@@ -12,12 +12,15 @@ it or when.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import apsw
 import orjson
 
 from memq import narrowing, tenants
 from memq.events import Event, EventType
 from memq.printable import shown
+from memq.store.write import bulk
 
 FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
                      EventType.USER_FORGOTTEN})
@@ -133,6 +136,12 @@ def _owner(cur: apsw.Cursor, event: Event) -> tuple[str | None, str | None, str 
 
 def _ids(value: object) -> set[str] | None:
     return None if value is None else set(orjson.loads(str(value)))
+
+
+def record_many(cur: apsw.Cursor, applied: Iterable[tuple[int, str]]) -> None:
+    """Record the key of each applied event, given as (its seq in the log, key id)."""
+    bulk.insert(cur, "INSERT OR IGNORE INTO event_keys (seq, key_id) "
+                     f"SELECT {bulk.select_columns(2)} FROM json_each(?1)", applied)
 
 
 def record(cur: apsw.Cursor, event_id: str, key_id: str) -> None:

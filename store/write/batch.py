@@ -33,12 +33,12 @@ from memq.authority import ROLE_OF_STREAM, Role
 from memq.clock import future_problem
 from memq.config import LimitsConfig
 from memq.errors import InvalidEvent
-from memq.events import Event, decode
+from memq.events import Event, EventType, decode
 from memq.inbox import MAX_ID_PART, in_range, plausible, stream_position
 from memq.logs import log
 from memq.rejections import ON_BEHALF, SENDER, Rejection, claimed
 from memq.store.effects import Effects
-from memq.store.projections import apply_events, forgetting, record_event
+from memq.store.projections import apply_events, forgetting, record_event, sessions
 from memq.store.read.tasks import task as committed_task
 from memq.store.write import attribution, rejected
 from memq.store.write.log import append_events, check_redelivered
@@ -243,11 +243,10 @@ def _replay_of(fields: dict[bytes, bytes]) -> tuple[int | None, str | None]:
 def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchResult) -> None:
     if any(item.names_a_task for item in batch):
         raise RetryCarefully("an event is judged against the task it names")
-    if any(item.key_id is not None and item.event is not None for item in batch):
-        raise RetryCarefully("an event sent for a key is judged against its grant")
     if _forgets_a_rejection(batch):
         raise RetryCarefully("a forget must see the entries set aside before it")
-    events = [d.event for d in batch if d.event is not None]
+    refused = _keyed_refusals(cur, batch)
+    events = [d.event for d in batch if d.event is not None and d.event.id not in refused]
     try:
         fresh = append_events(cur, events, now)
         apply_events(cur, fresh, result.effects)
@@ -258,11 +257,43 @@ def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchRe
     result.applied += len(fresh)
     result.duplicates += len(events) - len(fresh)
     result.types.update(event.type for _, event in fresh)
+    keys = {d.event.id: d.key_id for d in batch if d.key_id is not None and d.event is not None}
+    attribution.record_many(cur, ((seq, keys[e.id]) for seq, e in fresh if e.id in keys))
     for item in batch:
         if item.error is not None:
             _reject(cur, item, item.error, now, result)
+        elif item.event is not None and item.event.id in refused:
+            _reject(cur, item, refused[item.event.id], now, result)
         elif item.replay_of is not None:
             rejected.mark_replayed(cur, item.replay_of, item.stream, now)
+
+
+JUDGED_UP_FRONT = frozenset({EventType.MESSAGE_APPENDED, EventType.MESSAGE_EMBEDDED})
+"""Types no event can change the judgement of a key's message by, within a batch of
+them, as long as each session its keyed messages name already has its owner."""
+
+
+def _keyed_refusals(cur: apsw.Cursor, batch: list[Decoded]) -> dict[str, str]:
+    """Why each event sent for a key is refused (by event id), all judged before any is
+    applied: the same answers as one by one (:func:`apply_careful`) when nothing in the
+    batch can change what they are judged by; else :class:`RetryCarefully`."""
+    keyed = [(item.event, item.key_id, item.narrowed) for item in batch
+             if item.key_id is not None and item.event is not None]
+    if not keyed:
+        return {}
+    if any(item.event is not None and item.event.type not in JUDGED_UP_FRONT
+           for item in batch):
+        raise RetryCarefully("an event sent for a key is judged as the batch goes")
+    named = {event.session_id for event, _, _ in keyed}
+    owned = sessions.owned(cur, {s for s in named if s is not None})
+    if not named <= owned:  # a message without a session is never among them
+        raise RetryCarefully("an event sent for a key names a session without its owner")
+    refused = {}
+    for event, key_id, narrowed in keyed:
+        reason = attribution.refusal(cur, event, key_id, narrowed)
+        if reason is not None:
+            refused[event.id] = reason
+    return refused
 
 
 def _forgets_a_rejection(batch: list[Decoded]) -> bool:
