@@ -19,6 +19,8 @@ commit lag. It is measured three times, ``--seconds`` each:
   did before keys had budgets: A's backlog then outgrows the window of waiting items the
   keys' queue is relayed in turn from (store/write/relay.py), and B waits behind it.
 
+First, what the keys' path lets one key commit alone: ``--bulk`` turns in calls of 100.
+
 Goal (issue 27): B's p99 with A flooding under its budget at most 2x its p99 alone.
 """
 
@@ -136,6 +138,8 @@ def main() -> None:
                         help="A's units a second (default: [limits] key_units_per_s)")
     parser.add_argument("--flush-timeout", type=float, default=30.0,
                         help="seconds one of B's turns may wait before B gives up a phase")
+    parser.add_argument("--bulk", type=int, default=5000,
+                        help="turns one key sends in bulk, last, for its throughput")
     parser.add_argument("--servers", type=int, choices=(1, 2), default=1,
                         help="2: B calls a memq serve process of its own")
     args = parser.parse_args()
@@ -164,12 +168,34 @@ def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
                                               ("a-refused", "a", 1),
                                               ("a-unbounded", "a", UNBOUNDED))}
             person.flush(60)
+        # First: the unbounded flood below leaves a backlog the writer takes minutes to drain.
+        bulk = in_bulk(served[0], keys["a-unbounded"], args.bulk)
         results = {label: measure(served, keys["b"], flooder, args, label)
                    for label, flooder in (("alone", None),
                                           ("A refused at the door", keys["a-refused"]),
                                           ("A under its budget", keys["a"]),
                                           ("A without a budget", keys["a-unbounded"]))}
     report(results, args)
+    print(f"one key alone in bulk ({args.bulk:,} turns in calls of {BATCH}, a third tool "
+          f"outputs): {bulk:,.0f} turns/s committed")
+
+
+def in_bulk(url: str, token: str, count: int) -> float:
+    """Turns a second one key gets committed, sending ``count`` in calls of 100 and
+    waiting for the last: what the keys' path costs a bulk writer."""
+    rng = random.Random(7)
+    calls = [[{"session_id": "bulk", "role": "tool" if j % 3 == 2 else "user",
+               "content": tool_output(j, rng) if j % 3 == 2 else chat_text(j)}
+              for j in range(start, min(start + BATCH, count))]
+             for start in range(0, count, BATCH)]
+    with RemoteMemoryClient(url, token=token) as client:
+        client.append_many(calls[0][:1])  # the session's owner, before the clock starts
+        client.flush(60)
+        started = time.monotonic()
+        for turns in calls:
+            client.append_many(turns)
+        client.flush(300)
+        return count / (time.monotonic() - started)
 
 
 def report(results: dict[str, tuple[list[float], int]], args: argparse.Namespace) -> None:

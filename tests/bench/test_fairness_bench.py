@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 def test_the_fairness_bench_prints_each_phase_and_the_ratio() -> None:
     done = subprocess.run(
         [sys.executable, "bench/fairness.py", "--seconds", "1", "--rate", "20",
-         "--flooders", "1", "--flush-timeout", "3"],
+         "--flooders", "1", "--flush-timeout", "3", "--bulk", "300"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     for phase in ("alone", "A refused at the door", "A under its budget", "A without a budget"):
@@ -24,3 +24,5 @@ def test_the_fairness_bench_prints_each_phase_and_the_ratio() -> None:
             done.stdout
     assert re.search(r"under its budget / alone: x[\d.]+ \(goal <= x2\); with A refused at "
                      r"the door: x[\d.]+", done.stdout), done.stdout
+    assert re.search(r"one key alone in bulk \(300 turns in calls of 100, a third tool "
+                     r"outputs\): [\d,]+ turns/s committed", done.stdout), done.stdout
