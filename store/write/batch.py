@@ -11,6 +11,12 @@ or deleting a task is judged against the task as it stands at that point of the 
 which only the careful path knows, so a batch with such an event from a role other than
 admin takes the careful path.
 
+Events sent for an API key are judged against the key's grant (store/write/attribution.py).
+The fast path judges them all before applying any, which gives the answers one by one
+would only when nothing in the batch can change what they are judged by: a batch of
+messages whose keyed ones all name sessions that already have their owner. Any other
+batch with a keyed event takes the careful path.
+
 The fast path records the entries it sets aside after applying the events; a forget
 deletes the rejected entries that name what it forgets (store/projections/forgetting.py),
 and must see those that came before it. So a batch with a forget after a set-aside entry
