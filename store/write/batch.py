@@ -252,7 +252,8 @@ def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchRe
     if _forgets_a_rejection(batch):
         raise RetryCarefully("a forget must see the entries set aside before it")
     refused = _keyed_refusals(cur, batch)
-    events = [d.event for d in batch if d.event is not None and d.event.id not in refused]
+    kept = [d for n, d in enumerate(batch) if d.event is not None and n not in refused]
+    events = [d.event for d in kept if d.event is not None]
     try:
         fresh = append_events(cur, events, now)
         apply_events(cur, fresh, result.effects)
@@ -263,13 +264,17 @@ def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchRe
     result.applied += len(fresh)
     result.duplicates += len(events) - len(fresh)
     result.types.update(event.type for _, event in fresh)
-    keys = {d.event.id: d.key_id for d in batch if d.key_id is not None and d.event is not None}
-    attribution.record_many(cur, ((seq, keys[e.id]) for seq, e in fresh if e.id in keys))
-    for item in batch:
+    sent_for: dict[str, str | None] = {}  # an event twice in a batch is applied as the first
+    for d in kept:
+        assert d.event is not None
+        sent_for.setdefault(d.event.id, d.key_id)
+    attribution.record_many(cur, ((seq, key) for seq, e in fresh
+                                  if (key := sent_for[e.id]) is not None))
+    for n, item in enumerate(batch):
         if item.error is not None:
             _reject(cur, item, item.error, now, result)
-        elif item.event is not None and item.event.id in refused:
-            _reject(cur, item, refused[item.event.id], now, result)
+        elif n in refused:
+            _reject(cur, item, refused[n], now, result)
         elif item.replay_of is not None:
             rejected.mark_replayed(cur, item.replay_of, item.stream, now)
 
@@ -279,26 +284,26 @@ JUDGED_UP_FRONT = frozenset({EventType.MESSAGE_APPENDED, EventType.MESSAGE_EMBED
 them, as long as each session its keyed messages name already has its owner."""
 
 
-def _keyed_refusals(cur: apsw.Cursor, batch: list[Decoded]) -> dict[str, str]:
-    """Why each event sent for a key is refused (by event id), all judged before any is
-    applied: the same answers as one by one (:func:`apply_careful`) when nothing in the
-    batch can change what they are judged by; else :class:`RetryCarefully`."""
-    keyed = [(item.event, item.key_id, item.narrowed) for item in batch
+def _keyed_refusals(cur: apsw.Cursor, batch: list[Decoded]) -> dict[int, str]:
+    """Why each event sent for a key is refused (by its place in the batch), all judged
+    before any is applied: the same answers as one by one (:func:`apply_careful`) when
+    nothing in the batch can change what they are judged by; else :class:`RetryCarefully`."""
+    keyed = [(n, item.event, item.key_id, item.narrowed) for n, item in enumerate(batch)
              if item.key_id is not None and item.event is not None]
     if not keyed:
         return {}
     if any(item.event is not None and item.event.type not in JUDGED_UP_FRONT
            for item in batch):
         raise RetryCarefully("an event sent for a key is judged as the batch goes")
-    named = {event.session_id for event, _, _ in keyed}
+    named = {event.session_id for _, event, _, _ in keyed}
     owned = sessions.owned(cur, {s for s in named if s is not None})
     if not named <= owned:  # a message without a session is never among them
         raise RetryCarefully("an event sent for a key names a session without its owner")
     refused = {}
-    for event, key_id, narrowed in keyed:
+    for n, event, key_id, narrowed in keyed:
         reason = attribution.refusal(cur, event, key_id, narrowed)
         if reason is not None:
-            refused[event.id] = reason
+            refused[n] = reason
     return refused
 
 

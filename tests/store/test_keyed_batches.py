@@ -59,10 +59,12 @@ def message(session: str, user: str | None, minute: int) -> Event:
     return event("message.appended", payload, session=session, created_at=at(minute))
 
 
-def send_keyed(log: EventLog, sent: list[tuple[str, Event]]) -> None:
-    entries = [batch.Entry(names.KEYS_INBOX_STREAM, f"{n + 1}-0".encode(),
-                           {names.EVENT_FIELD: encode(e),
-                            names.SENDER_FIELD: f"{SENDER}:{key}".encode()})
+def send_keyed(log: EventLog, sent: list[tuple[str | None, Event]]) -> None:
+    """One batch: each event sent for its key, or by a trusted agent host when None."""
+    entries = [batch.Entry(names.INBOX_STREAM if key is None else names.KEYS_INBOX_STREAM,
+                           f"{n + 1}-0".encode(),
+                           {names.EVENT_FIELD: encode(e), names.SENDER_FIELD: (
+                               SENDER if key is None else f"{SENDER}:{key}").encode()})
                for n, (key, e) in enumerate(sent)]
     decoded = batch.decode_entries(entries, log.writer.config.limits)
     log.writer.apply_batch(decoded, entries[-1].id.decode())
@@ -112,9 +114,10 @@ def test_messages_to_owned_sessions_take_the_fast_path_and_each_refusal_is_kept(
                          ("3" * 16, message("s2", "u2", 5))])
         assert [r[0] for r in log.rows("SELECT content FROM messages ORDER BY seq")][2:] == [
             "turn at 1 in s1", "turn at 5 in s2"]
+        [(revoked_at,)] = log.rows("SELECT revoked_at FROM api_keys WHERE id = ?", REVOKED)
         assert sorted(log.rejections()) == sorted([
             f"message.appended: session 's2' of user 'u2', outside key {'1' * 16}'s grant",
-            f"sent for key {REVOKED}, revoked at {log.rows('SELECT revoked_at FROM api_keys WHERE id = ?', REVOKED)[0][0]}",
+            f"sent for key {REVOKED}, revoked at {revoked_at}",
             f"key {'5' * 16} may not write"])
         assert len(log.rows("SELECT * FROM event_keys")) == 2
 
@@ -130,3 +133,21 @@ def test_a_message_to_a_session_without_its_owner_yet_is_judged_one_by_one(
         assert taken == [1]
         assert log.rejections() == [
             f"message.appended: session 's3' of user 'u1', outside key {'2' * 16}'s grant"]
+
+
+def test_an_event_a_key_may_not_send_is_set_aside_and_the_same_from_a_host_applied() -> None:
+    """Judged by its place in the batch, not its id: the key's copy of an event does not
+    take the host's with it, nor is the host's recorded as the key's."""
+    before = setup()
+    same = message("s1", None, 1)
+    for sent in ([("5" * 16, same), (None, same)], [(None, same), ("5" * 16, same)]):
+        with granted_log(before) as fast, granted_log(before) as careful:
+            send_keyed(fast, sent)  # type: ignore[arg-type]
+            with pytest.MonkeyPatch.context() as patch:
+                careful_only(patch)
+                send_keyed(careful, sent)  # type: ignore[arg-type]
+            assert outcome(fast) == outcome(careful)
+            assert fast.rows("SELECT content FROM messages WHERE id = ?",
+                             same.payload["message_id"]) == [("turn at 1 in s1",)]
+            assert fast.rejections() == [f"key {'5' * 16} may not write"]
+            assert fast.rows("SELECT * FROM event_keys") == []
