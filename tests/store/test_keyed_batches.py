@@ -82,14 +82,16 @@ def careful_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(batch, "apply_fast", refuse)
 
 
-turns = st.lists(st.tuples(st.sampled_from(sorted(KEYS)), st.sampled_from(["s1", "s2", "s3"]),
+# Each turn sent for a key, or by a trusted agent host (None), which may claim a session too.
+turns = st.lists(st.tuples(st.sampled_from([*sorted(KEYS), None]),
+                           st.sampled_from(["s1", "s2", "s3"]),
                            st.sampled_from([None, "u1", "u2"])), min_size=1, max_size=12)
 
 
 @settings(max_examples=60, deadline=None)
 @given(sent=turns)
 def test_a_keys_batch_has_the_same_outcome_judged_up_front_as_one_by_one(
-    sent: list[tuple[str, str, str | None]]
+    sent: list[tuple[str | None, str, str | None]]
 ) -> None:
     events = [(key, message(session, user, 1 + n)) for n, (key, session, user)
               in enumerate(sent)]
