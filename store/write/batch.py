@@ -252,8 +252,9 @@ def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchRe
     if _forgets_a_rejection(batch):
         raise RetryCarefully("a forget must see the entries set aside before it")
     refused = _keyed_refusals(cur, batch)
-    kept = [d for n, d in enumerate(batch) if d.event is not None and n not in refused]
-    events = [d.event for d in kept if d.event is not None]
+    kept = [(d.event, d.key_id) for n, d in enumerate(batch)
+            if d.event is not None and n not in refused]
+    events = [event for event, _ in kept]
     try:
         fresh = append_events(cur, events, now)
         apply_events(cur, fresh, result.effects)
@@ -265,9 +266,8 @@ def apply_fast(cur: apsw.Cursor, batch: list[Decoded], now: str, result: BatchRe
     result.duplicates += len(events) - len(fresh)
     result.types.update(event.type for _, event in fresh)
     sent_for: dict[str, str | None] = {}  # an event twice in a batch is applied as the first
-    for d in kept:
-        assert d.event is not None
-        sent_for.setdefault(d.event.id, d.key_id)
+    for event, key_id in kept:
+        sent_for.setdefault(event.id, key_id)
     attribution.record_many(cur, ((seq, key) for seq, e in fresh
                                   if (key := sent_for[e.id]) is not None))
     for n, item in enumerate(batch):
