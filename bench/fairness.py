@@ -55,6 +55,13 @@ def tool_output(i: int, rng: random.Random) -> str:
     return (line * (size // len(line) + 1))[:size]
 
 
+def a_turns(session: str, numbers: range, rng: random.Random) -> list[dict[str, str]]:
+    """Key A's turns: every third a tool output of 2-8 KB, the others chat."""
+    return [{"session_id": session, "role": "tool" if j % 3 == 2 else "user",
+             "content": tool_output(j, rng) if j % 3 == 2 else chat_text(j)}
+            for j in numbers]
+
+
 def steady(url: str, token: str, rate: float, seconds: float, label: str,
            flush_s: float) -> list[float]:
     """B's appends at ``rate`` a second; each one's seconds from send to committed."""
@@ -84,9 +91,7 @@ def flood(url: str, token: str, stop: Any, seed: int, sent: Any, batch: int,
     rng = random.Random(seed)
     # Made once: the flood is the requests, not this process making their text (on two
     # cores that would take the service's CPU, and B's lag would measure the machine).
-    turns = [{"session_id": f"a-{seed}", "role": "tool" if j % 3 == 2 else "user",
-              "content": tool_output(j, rng) if j % 3 == 2 else chat_text(j)}
-             for j in range(batch)]
+    turns = a_turns(f"a-{seed}", range(batch), rng)
     answered = False
     with RemoteMemoryClient(url, token=token) as client:
         while not stop.is_set():
@@ -139,7 +144,7 @@ def main() -> None:
     parser.add_argument("--flush-timeout", type=float, default=30.0,
                         help="seconds one of B's turns may wait before B gives up a phase")
     parser.add_argument("--bulk", type=int, default=5000,
-                        help="turns one key sends in bulk, last, for its throughput")
+                        help="turns one key sends in bulk, first, for its throughput")
     parser.add_argument("--servers", type=int, choices=(1, 2), default=1,
                         help="2: B calls a memq serve process of its own")
     args = parser.parse_args()
@@ -184,9 +189,7 @@ def in_bulk(url: str, token: str, count: int) -> float:
     """Turns a second one key gets committed, sending ``count`` in calls of 100 and
     waiting for the last: what the keys' path costs a bulk writer."""
     rng = random.Random(7)
-    calls = [[{"session_id": "bulk", "role": "tool" if j % 3 == 2 else "user",
-               "content": tool_output(j, rng) if j % 3 == 2 else chat_text(j)}
-              for j in range(start, min(start + BATCH, count))]
+    calls = [a_turns("bulk", range(start, min(start + BATCH, count)), rng)
              for start in range(0, count, BATCH)]
     with RemoteMemoryClient(url, token=token) as client:
         client.append_many(calls[0][:1])  # the session's owner, before the clock starts
