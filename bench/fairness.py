@@ -19,7 +19,8 @@ commit lag. It is measured three times, ``--seconds`` each:
   did before keys had budgets: A's backlog then outgrows the window of waiting items the
   keys' queue is relayed in turn from (store/write/relay.py), and B waits behind it.
 
-First, what the keys' path lets one key commit alone: ``--bulk`` turns in calls of 100.
+First, what the keys' path lets one key commit alone, ``--bulk`` turns in calls of 100, and
+then the same beside another key appending one turn at a time (a light key, moved first).
 
 Goal (issue 27): B's p99 with A flooding under its budget at most 2x its p99 alone.
 """
@@ -28,11 +29,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import multiprocessing
 import os
 import random
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +50,7 @@ from memq.config import Config, EmbedConfig
 from memq.errors import FlushTimeout, RateLimited
 
 BATCH = 100
+LIGHT_RATE = 200
 UNBOUNDED = 10**9
 
 
@@ -175,6 +180,8 @@ def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
             person.flush(60)
         # First: the unbounded flood below leaves a backlog the writer takes minutes to drain.
         bulk = in_bulk(served[0], keys["a-unbounded"], args.bulk)
+        with appending(served[1], keys["b"], LIGHT_RATE):
+            beside = in_bulk(served[0], keys["a-unbounded"], args.bulk)
         results = {label: measure(served, keys["b"], flooder, args, label)
                    for label, flooder in (("alone", None),
                                           ("A refused at the door", keys["a-refused"]),
@@ -182,7 +189,30 @@ def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
                                           ("A without a budget", keys["a-unbounded"]))}
     report(results, args)
     print(f"one key alone in bulk ({args.bulk:,} turns in calls of {BATCH}, a third tool "
-          f"outputs): {bulk:,.0f} turns/s committed")
+          f"outputs): {bulk:,.0f} turns/s committed; beside a key appending one turn at a "
+          f"time, up to {LIGHT_RATE} a second: {beside:,.0f}")
+
+
+@contextlib.contextmanager
+def appending(url: str, token: str, rate: int) -> Iterator[None]:
+    """Another key's turns, one call each, up to ``rate`` a second, while the block runs:
+    a light key beside the bulk one (store/write/relay.py moves it first)."""
+    stop = threading.Event()
+
+    def turns() -> None:
+        with RemoteMemoryClient(url, token=token) as client:
+            for i in itertools.count():
+                if stop.wait(1 / rate):
+                    return
+                client.append("beside", "user", chat_text(i))
+
+    thread = threading.Thread(target=turns)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def in_bulk(url: str, token: str, count: int) -> float:
