@@ -124,8 +124,11 @@ class SessionSources:
         """Ids and BM25 scores of up to ``limit`` committed matching turns, best first."""
         if not self.database_exists():
             return []
+        # The vectors cached for the scope are turns it holds at least: what the search
+        # needs to know to leave the scope out of its match (lexical.WHOLE_SHARE).
+        known = self.vector_cache.vector_count(scope)
         with self.readers.connection() as conn:
-            return lexical.search(conn, scope, query, limit)
+            return lexical.search(conn, scope, query, limit, scope_turns=known)
 
     def waiting_for_vectors(self, scope: Scope) -> int:
         """How many of the scope's committed turns the semantic search cannot see yet

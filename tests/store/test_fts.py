@@ -500,3 +500,79 @@ def test_any_query_text_is_answered_whatever_its_words_counts(
         record(log, *FILLER, "straße ﬁle café", "the lake at dawn", 'quote " and *')
     stored = {mid for (mid,) in log.rows("SELECT id FROM messages")}
     assert set(search(log, query, limit=50)) <= stored
+
+
+# -- a scope that holds nearly every turn -----------------------------------------------------
+
+
+def owned(content: str, session: str, user: str, minute: int) -> tuple[str, object]:
+    mid = uuid7()
+    return mid, event(EventType.MESSAGE_APPENDED, {
+        "message_id": mid, "role": "user", "content": content, "importance": 0.5,
+        "user_id": user}, session=session, created_at=at(minute))
+
+
+def fill(log: EventLog, turns: list[tuple[str, str, str]]) -> None:
+    """``turns``: (content, session, user), a session always of the same user."""
+    pairs = [owned(text, session, user, minute=i) for i, (text, session, user)
+             in enumerate(turns)]
+    assert log.send(*[e for _, e in pairs]).rejected == 0  # type: ignore[misc]
+
+
+SCOPES = [Scope("s1", "user", "u1"), Scope("s1"), Scope("s3", "user", "u2")]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+                                st.sampled_from([("s1", "u1"), ("s2", "u1"), ("s3", "u2")])),
+                      min_size=1, max_size=30),
+       query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+       limit=st.integers(1, 12), scope=st.sampled_from(SCOPES),
+       known=st.sampled_from([1, 10**9]))
+def test_a_scope_searched_without_its_token_gives_the_scoped_answer(
+    tmp_path_factory: pytest.TempPathFactory, turns: list[tuple[list[str], tuple[str, str]]],
+    query: list[str], limit: int, scope: Scope, known: int,
+) -> None:
+    """Whatever the scope holds of the turns, and whatever the caller believes it holds:
+    the same ids, scores and order as the search inside the scope."""
+    log = EventLog(tmp_path_factory.mktemp("whole"))
+    try:
+        fill(log, [(" ".join(words), session, user) for words, (session, user) in turns])
+        text = " ".join(query)
+        expected = lexical_query.search(log.conn, scope, text, limit)
+        assert lexical_query.search(log.conn, scope, text, limit, scope_turns=known) == expected
+    finally:
+        log.close()
+
+
+def test_a_scope_of_nearly_every_turn_is_searched_without_its_token(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill(log, [(f"tokyo flight {i}", "s1", "u1") for i in range(19)]
+         + [("tokyo tokyo tokyo", "s9", "u9")])
+    expected = lexical_query.search(log.conn, SCOPES[0], "tokyo", 5)
+    scoped = lexical_query._scoped
+    monkeypatch.setattr(lexical_query, "_scoped", None)  # any call to it would fail
+    found = lexical_query.search(log.conn, SCOPES[0], "tokyo", 5, scope_turns=19)
+    assert found == expected
+    assert len(found) == 5
+    # With too few of the scope's among the best matches it asked for, it asks the scope.
+    monkeypatch.setattr(lexical_query, "_scoped", scoped)
+    monkeypatch.setattr(lexical_query, "WHOLE_SHARE", 0.01)
+    asked = lexical_query.search(log.conn, Scope("s9", "user", "u9"), "tokyo", 3,
+                                 scope_turns=1)
+    assert [score for _, score in asked] == [
+        score for _, score in lexical_query.search(log.conn, Scope("s9", "user", "u9"),
+                                                   "tokyo", 3)]
+    assert len(asked) == 1
+
+
+def test_a_scope_searched_without_its_token_leaves_out_what_a_forget_is_erasing(
+    log: EventLog,
+) -> None:
+    fill(log, [("cat on a flight", "s1", "u1"), ("cat cat", "s2", "u1")])
+    log.conn.execute("INSERT INTO erasing (session_id, by_seq) VALUES ('s2', 1000000)")
+    found = lexical_query.search(log.conn, SCOPES[0], "cat", 5, scope_turns=2)
+    assert found == lexical_query.search(log.conn, SCOPES[0], "cat", 5)
+    assert len(found) == 1
