@@ -15,6 +15,7 @@ from memq.store.read.vector_index import (
     FIT_MIN_ROWS,
     VectorIndex,
     _best_first,
+    _leading,
     principal_axes,
 )
 
@@ -285,3 +286,17 @@ def test_the_best_first_are_what_a_stable_sort_begins_with(values: list[float],
     scores = np.array(values, dtype=np.float32)
     expected = np.argsort(-scores, kind="stable")[:limit]
     assert _best_first(scores, limit).tolist() == expected.tolist()
+
+
+@given(st.lists(st.sampled_from([-1.0, 0.0, 0.25, 0.5]) | st.floats(-1, 1, width=32),
+                min_size=1, max_size=3000),
+       st.data())
+def test_the_leading_rows_are_the_largest_scores_in_stored_order(values: list[float],
+                                                                 data: st.DataObject) -> None:
+    """Whether the sampled cut keeps enough or not: every score above the ``pool``-th
+    largest, that one and its ties, and nothing else, by increasing position."""
+    scores = np.array(values, dtype=np.float32)
+    pool = data.draw(st.integers(1, len(scores)))
+    edge = np.sort(scores)[::-1][pool - 1]
+    rows = _leading(scores, pool)
+    assert rows.tolist() == np.flatnonzero(scores >= edge).tolist()
