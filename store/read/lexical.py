@@ -183,12 +183,13 @@ def search(
             words = rare_terms(conn, words)
             turns = cast("int | None", conn.execute(_TURNS).fetchall()[0][0])
             share = scope_turns / turns if turns else 0.0
-            found = _whole(conn, scope, words, limit, share) if share >= WHOLE_SHARE else None
-            return _scoped(conn, scope, words, limit) if found is None else found
+            whole = _whole(conn, scope, words, limit, share) if share >= WHOLE_SHARE else None
+            found = _scoped(conn, scope, words, limit) if whole is None else whole
     except apsw.SQLError as exc:
         if "no such table" in str(exc):
             return []  # a database the writer has not migrated yet: no index
         raise
+    return found
 
 
 def _scoped(conn: apsw.Connection, scope: Scope, words: list[str], limit: int
@@ -214,4 +215,4 @@ def _whole(conn: apsw.Connection, scope: Scope, words: list[str], limit: int, sh
     kept = [(message_id, score) for message_id, score, ok in rows if ok][:limit]
     if len(kept) < limit and len(rows) == asked:
         return None
-    return kept
+    return cast("list[tuple[str, float]]", kept)

@@ -429,7 +429,7 @@ def _leading(scores: np.ndarray, pool: int) -> np.ndarray:
         above = kept if len(kept) >= pool else above
     values = scores[above]
     edge = np.partition(values, len(above) - pool)[len(above) - pool]
-    return above[values >= edge]
+    return np.asarray(above[values >= edge])
 
 
 def _near_the_top(rows: np.ndarray, approx: np.ndarray, threshold: float, limit: int) -> np.ndarray:
