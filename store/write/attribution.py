@@ -13,6 +13,8 @@ it or when.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import apsw
 import orjson
@@ -27,20 +29,61 @@ FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
 TASKS = frozenset({EventType.TASK_SCHEDULED, EventType.TASK_CHANGED, EventType.TASK_DELETED})
 
 
-def refusal(cur: apsw.Cursor, event: Event, key_id: str, narrowed: str | None = None
-            ) -> str | None:
+Granted = tuple[set[str] | None, set[str] | None, set[str]]
+"""Users (None: all), agents (None: all) and rights."""
+
+
+class _Key(NamedTuple):
+    users: set[str] | None
+    agents: set[str] | None
+    rights: set[str]
+    expires_at: str | None
+    revoked_at: str | None
+    tenant: str
+
+
+@dataclass
+class Reads:
+    """What judging a batch's events reads, read once each: valid while nothing the batch
+    applies can change a key or a session's owner (the writer's fast path for keys'
+    messages, ``store/write/batch.py``). Without it, each event reads its key's row and
+    its session's owner again: 32 of one key's turns, 32 times the same rows."""
+
+    keys: dict[str, _Key | None] = field(default_factory=dict)
+    owners: dict[str, tuple[str | None, str | None] | None] = field(default_factory=dict)
+
+
+def refusal(cur: apsw.Cursor, event: Event, key_id: str, narrowed: str | None = None,
+            *, reads: Reads | None = None) -> str | None:
     """Why the key (narrowed by a delegated token, if ``narrowed``) may not send
-    ``event``, or None."""
+    ``event``, or None. ``reads``: rows already read in this batch (see :class:`Reads`)."""
+    reads = Reads() if reads is None else reads
+    if key_id not in reads.keys:
+        reads.keys[key_id] = _key(cur, key_id)
+    key = reads.keys[key_id]
+    if key is None:
+        return f"sent for key {key_id}, which does not exist"
+    if key.revoked_at is not None:
+        return f"sent for key {key_id}, revoked at {key.revoked_at}"
+    if key.expires_at is not None and key.expires_at <= event.created_at:
+        return f"sent for key {key_id}, expired at {key.expires_at}"
+    return _granted_refusal(cur, event, key_id, key, narrowed, reads)
+
+
+def _key(cur: apsw.Cursor, key_id: str) -> _Key | None:
     row = cur.execute("SELECT users, agents, rights, expires_at, revoked_at, tenant "
                       "FROM api_keys WHERE id = ?", (key_id,)).fetchone()
     if row is None:
-        return f"sent for key {key_id}, which does not exist"
+        return None
     users, agents, rights, expires_at, revoked_at, tenant = row
-    if revoked_at is not None:
-        return f"sent for key {key_id}, revoked at {revoked_at}"
-    if expires_at is not None and expires_at <= event.created_at:
-        return f"sent for key {key_id}, expired at {expires_at}"
-    granted = (_ids(users), _ids(agents), set(orjson.loads(rights)))
+    return _Key(_ids(users), _ids(agents), set(orjson.loads(rights)), expires_at,
+                revoked_at, str(tenant))
+
+
+def _granted_refusal(cur: apsw.Cursor, event: Event, key_id: str, key: _Key,
+                     narrowed: str | None, reads: Reads) -> str | None:
+    """Why the event is outside what the (live) key grants, or None."""
+    granted: Granted = (key.users, key.agents, key.rights)
     if narrowed is not None:
         try:
             granted = _within(granted, narrowing.decode(narrowed))
@@ -49,8 +92,9 @@ def refusal(cur: apsw.Cursor, event: Event, key_id: str, narrowed: str | None = 
     needed = "forget" if event.type in FORGETS else "write"
     if needed not in granted[2]:
         return f"key {key_id} may not {needed}"
-    return _other_tenant(cur, event, key_id, str(tenant)) or _outside(
-        cur, event, key_id, _inside(str(tenant), granted[0]), _inside(str(tenant), granted[1]))
+    tenant = key.tenant
+    return _other_tenant(cur, event, key_id, tenant) or _outside(
+        cur, event, key_id, _inside(tenant, granted[0]), _inside(tenant, granted[1]), reads)
 
 
 def _other_tenant(cur: apsw.Cursor, event: Event, key_id: str, tenant: str) -> str | None:
@@ -92,8 +136,6 @@ def _inside(tenant: str, names: set[str] | None) -> set[str] | None:
     return None if names is None else {tenants.inside(tenant, n) for n in names}
 
 
-Granted = tuple[set[str] | None, set[str] | None, set[str]]
-
 
 def _within(key: Granted, token: Granted) -> Granted:
     """A delegated token's grant: what it names of what its key reaches."""
@@ -103,12 +145,12 @@ def _within(key: Granted, token: Granted) -> Granted:
 
 
 def _outside(cur: apsw.Cursor, event: Event, key_id: str, users: set[str] | None,
-             agents: set[str] | None) -> str | None:
+             agents: set[str] | None, reads: Reads) -> str | None:
     if users is None and agents is None:
         return None
     if event.type in TASKS:
         return f"{event.type}: tasks are every user's and agent's, outside key {key_id}'s"
-    user, agent, what = _owner(cur, event)
+    user, agent, what = _owner(cur, event, reads)
     if what is None:
         return None
     for kind, have, granted in (("user", user, users), ("agent", agent, agents)):
@@ -118,13 +160,17 @@ def _outside(cur: apsw.Cursor, event: Event, key_id: str, users: set[str] | None
     return None
 
 
-def _owner(cur: apsw.Cursor, event: Event) -> tuple[str | None, str | None, str | None]:
+def _owner(cur: apsw.Cursor, event: Event, reads: Reads
+           ) -> tuple[str | None, str | None, str | None]:
     """Whose data the event reaches: (user, agent, what it is), what None when it is
     nobody's (a macro's use, a tool's learned pattern)."""
     p = event.payload
     if event.session_id is not None:
-        row = cur.execute("SELECT user_id, agent_id FROM sessions WHERE session_id = ?",
-                          (event.session_id,)).fetchone()
+        if event.session_id not in reads.owners:
+            found = cur.execute("SELECT user_id, agent_id FROM sessions WHERE session_id = ?",
+                                (event.session_id,)).fetchone()
+            reads.owners[event.session_id] = None if found is None else (found[0], found[1])
+        row = reads.owners[event.session_id]
         if row is not None and (row[0] is not None or row[1] is not None):
             return row[0], row[1], f"session {shown(event.session_id):.60}"
         return p.get("user_id"), p.get("agent_id"), f"session {shown(event.session_id):.60}"

@@ -299,9 +299,9 @@ def _keyed_refusals(cur: apsw.Cursor, batch: list[Decoded]) -> dict[int, str]:
     owned = sessions.owned(cur, {s for s in named if s is not None})
     if not named <= owned:  # a message without a session is never among them
         raise RetryCarefully("an event sent for a key names a session without its owner")
-    refused = {}
+    refused, reads = {}, attribution.Reads()
     for n, event, key_id, narrowed in keyed:
-        reason = attribution.refusal(cur, event, key_id, narrowed)
+        reason = attribution.refusal(cur, event, key_id, narrowed, reads=reads)
         if reason is not None:
             refused[n] = reason
     return refused
