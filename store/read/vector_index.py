@@ -412,7 +412,7 @@ def _best_first(scores: np.ndarray, limit: int) -> np.ndarray:
 
 
 def _leading(scores: np.ndarray, pool: int) -> np.ndarray:
-    """Positions of the ``pool`` largest ``scores`` (more only if several tie at the edge),
+    """Positions of the ``pool`` largest ``scores`` (of those tied at the edge, the first),
     in increasing order: the rows a search then reads are gathered in the order they are
     stored (the leaders' whole search 2.8 -> 2.2 ms at 100,119 keys, bench/context.py
     --realistic). Chosen among those above a cut read from every
@@ -429,7 +429,10 @@ def _leading(scores: np.ndarray, pool: int) -> np.ndarray:
         above = kept if len(kept) >= pool else above
     values = scores[above]
     edge = np.partition(values, len(above) - pool)[len(above) - pool]
-    return np.asarray(above[values >= edge])
+    chosen = values > edge
+    # Copies of a turn share a score: however many tie at the edge, only ``pool`` are read.
+    chosen[np.flatnonzero(values == edge)[: pool - int(chosen.sum())]] = True
+    return np.asarray(above[chosen])
 
 
 def _near_the_top(rows: np.ndarray, approx: np.ndarray, threshold: float, limit: int) -> np.ndarray:
