@@ -136,7 +136,6 @@ def _inside(tenant: str, names: set[str] | None) -> set[str] | None:
     return None if names is None else {tenants.inside(tenant, n) for n in names}
 
 
-
 def _within(key: Granted, token: Granted) -> Granted:
     """A delegated token's grant: what it names of what its key reaches."""
     def both(mine: set[str] | None, its: set[str] | None) -> set[str] | None:
