@@ -32,6 +32,7 @@ from memq.producers.ranking.fusion import (
     with_neighbours,
 )
 from memq.producers.ranking.profiles import Hit, Relevance, budgeted, profile_for
+from memq.store.read import lexical as lexical_query
 from memq.store.read.messages import Message
 from tests.embedding_events import send_embeddings
 from tests.faults.hostile import SQL_LOOKING
@@ -453,6 +454,34 @@ def test_recall_keeps_recency_and_the_budget(
     assert {i.id for i in kept} - set(ids[-2:]) <= {i.id for i in best[:6 + 2]} | window
     small = recall_client(config, clients, embedder, recall_budget=1)
     assert [item.id for item in small.get_context("s1", "basement")] == ids[-1:]
+
+
+@pytest.mark.redis
+@pytest.mark.model
+def test_a_scope_of_every_turn_is_searched_without_its_token_once_its_vectors_are_held(
+    config: Config, clients: list[MemoryClient], embedder: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The vectors a reader holds for the scope tell the lexical search that the scope is
+    the whole history (store/read/lexical.py, WHOLE_SHARE): the search then leaves the
+    scope's token out, and the answer is the one the search inside the scope gives."""
+    client = recall_client(config, clients, embedder)
+    record(client, conversation(), embedder)
+    question = "When did they go to Lisbon?"
+    inside = client.get_context("s1", question)  # the first call loads the vectors
+    whole: list[int] = []
+    searched = lexical_query._whole
+
+    def counted(*args: Any) -> list[tuple[str, float]] | None:
+        whole.append(1)
+        return searched(*args)
+
+    monkeypatch.setattr(lexical_query, "_whole", counted)
+    assert client.get_context("s1", question) == inside
+    assert whole == [1]
+    monkeypatch.setattr(lexical_query, "WHOLE_SHARE", 2.0)  # never: the scoped search
+    assert client.get_context("s1", question) == inside
+    assert whole == [1]
 
 
 @pytest.mark.redis
