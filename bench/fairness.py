@@ -46,6 +46,7 @@ from bench.common import chat_text, free_port, percentile, private_redis, scratc
 from bench.serve import MODEL_DIR, process, role_urls, wait_for_server
 from memq import MemoryClient, RemoteMemoryClient
 from memq.authority import Role
+from memq.cli.common import integer_in, number_in
 from memq.config import Config, EmbedConfig
 from memq.errors import FlushTimeout, RateLimited
 
@@ -140,16 +141,20 @@ def measure(urls: tuple[str, str], b_token: str, flooder: str | None,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--rate", type=float, default=50.0, help="B's appends a second")
-    parser.add_argument("--flooders", type=int, default=4, help="A's processes")
-    parser.add_argument("--batch", type=int, default=BATCH, help="turns in each of A's calls")
-    parser.add_argument("--budget", type=int, default=None,
+    parser.add_argument("--seconds", type=number_in("duration", 0.1, 3600), default=6.0)
+    parser.add_argument("--rate", type=number_in("rate", 0.1, 10_000), default=50.0,
+                        help="B's appends a second")
+    parser.add_argument("--flooders", type=integer_in("count of processes", 1, 64), default=4,
+                        help="A's processes")
+    parser.add_argument("--batch", type=integer_in("batch size", 1, 1000), default=BATCH,
+                        help="turns in each of A's calls")
+    parser.add_argument("--budget", type=integer_in("budget", 1, 10**9), default=None,
                         help="A's units a second (default: [limits] key_units_per_s)")
-    parser.add_argument("--flush-timeout", type=float, default=30.0,
+    parser.add_argument("--flush-timeout", type=number_in("timeout", 0.1, 3600), default=30.0,
                         help="seconds one of B's turns may wait before B gives up a phase")
-    parser.add_argument("--bulk", type=int, default=5000,
-                        help="turns one key sends in bulk, first, for its throughput")
+    parser.add_argument("--bulk", type=integer_in("count of turns", 0, 10**7), default=5000,
+                        help="turns one key sends in bulk, first, for its throughput "
+                             "(0: no bulk phase)")
     parser.add_argument("--servers", type=int, choices=(1, 2), default=1,
                         help="2: B calls a memq serve process of its own")
     args = parser.parse_args()
@@ -179,18 +184,21 @@ def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
                                               ("a-unbounded", "a", UNBOUNDED))}
             person.flush(60)
         # First: the unbounded flood below leaves a backlog the writer takes minutes to drain.
-        bulk = in_bulk(served[0], keys["a-unbounded"], args.bulk)
-        with appending(served[1], keys["b"], LIGHT_RATE):
-            beside = in_bulk(served[0], keys["a-unbounded"], args.bulk)
+        bulk = beside = 0.0
+        if args.bulk:
+            bulk = in_bulk(served[0], keys["a-unbounded"], args.bulk)
+            with appending(served[1], keys["b"], LIGHT_RATE):
+                beside = in_bulk(served[0], keys["a-unbounded"], args.bulk)
         results = {label: measure(served, keys["b"], flooder, args, label)
                    for label, flooder in (("alone", None),
                                           ("A refused at the door", keys["a-refused"]),
                                           ("A under its budget", keys["a"]),
                                           ("A without a budget", keys["a-unbounded"]))}
     report(results, args)
-    print(f"one key alone in bulk ({args.bulk:,} turns in calls of {BATCH}, a third tool "
-          f"outputs): {bulk:,.0f} turns/s committed; beside a key appending one turn at a "
-          f"time, up to {LIGHT_RATE} a second: {beside:,.0f}")
+    if args.bulk:
+        print(f"one key alone in bulk ({args.bulk:,} turns in calls of {BATCH}, a third tool "
+              f"outputs): {bulk:,.0f} turns/s committed; beside a key appending one turn "
+              f"at a time, up to {LIGHT_RATE} a second: {beside:,.0f}")
 
 
 @contextlib.contextmanager

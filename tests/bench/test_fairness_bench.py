@@ -27,3 +27,17 @@ def test_the_fairness_bench_prints_each_phase_and_the_ratio() -> None:
     assert re.search(r"one key alone in bulk \(300 turns in calls of 100, a third tool "
                      r"outputs\): [\d,]+ turns/s committed; beside a key appending one turn "
                      r"at a time, up to 200 a second: [\d,]+", done.stdout), done.stdout
+
+
+@pytest.mark.parametrize(("argument", "message"), [
+    (["--rate", "0"], "argument --rate: a rate is from 0.1 to 10000, got 0"),
+    (["--bulk", "-3"], "argument --bulk: a count of turns is from 0 to 10000000, got -3"),
+    (["--flooders", "many"], "argument --flooders: not a count of processes: 'many'"),
+])
+def test_a_bad_argument_is_a_usage_error_not_a_traceback(argument: list[str],
+                                                          message: str) -> None:
+    done = subprocess.run([sys.executable, "bench/fairness.py", *argument], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
