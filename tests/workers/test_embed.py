@@ -351,12 +351,16 @@ def _kill_mid_job(config: Config, broker: redis.Redis) -> str:
         memq_command("worker", "embed", "--name", name, "--redis-url", config.redis_url),
         cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     started = StartedJobRegistry(names.QUEUE_EMBED, connection=broker)
+    running: list[str] = []
     try:
         wait_until(lambda: started.count > 0, "the worker to start the job")
+        # Read while it runs: once the worker is dead, whatever notices first may move the
+        # entry (on a loaded run it was gone before the test looked).
+        running = started.get_job_ids(cleanup=False)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    [killed] = started.get_job_ids(cleanup=False)  # RQ still believes the job runs
+    [killed] = running
     assert [r[1] for r in rows(config).values()] == [None] * 300  # no vector came back
     wait_until(lambda: name not in {c.get("name") for c in broker.client_list()},
                "Redis to notice the dead worker's connection")
