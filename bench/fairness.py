@@ -131,6 +131,10 @@ def measure(urls: tuple[str, str], b_token: str, flooder: str | None,
             time.sleep(0.05)
         with sent.get_lock():
             sent.value = 0
+        # On stderr as it happens (the table comes at the end): when to attach a profiler
+        # to the server for this phase alone.
+        print(f"phase {label!r}: B starts, for {args.seconds:g} s", file=sys.stderr,
+              flush=True)
         lags = steady(urls[1], b_token, args.rate, args.seconds, label, args.flush_timeout)
     finally:
         stop.set()
