@@ -156,9 +156,9 @@ for i, item in ipairs(items) do
   if lanes[lane] == nil then lanes[lane] = {}; table.insert(order, lane) end
   table.insert(lanes[lane], i)
 end
-local light, heavy = false, false
+local light_most, light, heavy = tonumber(ARGV[7]), false, false
 for _, lane in ipairs(order) do
-  if #lanes[lane] <= tonumber(ARGV[7]) then light = true else heavy = true end
+  if #lanes[lane] <= light_most then light = true else heavy = true end
 end
 local sparse = light and heavy
 local picks, round = {}, 1
@@ -166,7 +166,7 @@ while #picks < room do
   local any = false
   for _, lane in ipairs(order) do
     local index = lanes[lane][round]
-    local takes = round == 1 or not sparse or #lanes[lane] <= tonumber(ARGV[7])
+    local takes = round == 1 or not sparse or #lanes[lane] <= light_most
     if index ~= nil and takes and #picks < room then table.insert(picks, index); any = true end
   end
   if not any then break end
