@@ -169,10 +169,10 @@ def claim(cur: apsw.Cursor, rows: list[dict[str, Any]], *, counted: bool = True)
     bulk.insert(cur, _CLAIM, ([session, *values] for session, values in stats.items()))
 
 
-def owned(cur: apsw.Cursor, sessions: Iterable[str]) -> set[str]:
-    """The sessions among ``sessions`` that have messages and an owner: no message can
+def owned(cur: apsw.Cursor, sessions: Iterable[str]) -> dict[str, Owner]:
+    """The owner of each of ``sessions`` that has messages and an owner: no message can
     change it (only emptying the session does)."""
-    return {session for session, owner in _owners(cur, sessions).items()
+    return {session: owner for session, owner in _owners(cur, sessions).items()
             if owner != Owner(None, None)}
 
 

@@ -297,9 +297,11 @@ def _keyed_refusals(cur: apsw.Cursor, batch: list[Decoded]) -> dict[int, str]:
         raise RetryCarefully("an event sent for a key is judged as the batch goes")
     named = {event.session_id for _, event, _, _ in keyed}
     owned = sessions.owned(cur, {s for s in named if s is not None})
-    if not named <= owned:  # a message without a session is never among them
+    if not named <= owned.keys():  # a message without a session is never among them
         raise RetryCarefully("an event sent for a key names a session without its owner")
-    refused, reads = {}, attribution.Reads()
+    # The owners just read are the ones judging reads: not read again per session.
+    refused = {}
+    reads = attribution.Reads(owners={s: (o.user_id, o.agent_id) for s, o in owned.items()})
     for n, event, key_id, narrowed in keyed:
         reason = attribution.refusal(cur, event, key_id, narrowed, reads=reads)
         if reason is not None:
