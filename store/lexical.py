@@ -49,11 +49,11 @@ def unindex(cur: apsw.Cursor, seqs: Sequence[int]) -> None:
 
     Call it while the messages are still in ``messages``: the index reads their text back
     (through ``messages_fts_source``) to find their words. A few messages are deleted in
-    place (FTS5's 'secure-delete', on by default for this table): ~0.5-1.5 ms a message
-    here, whatever the index's size. Rewriting the whole index ('optimize') costs ~0.1 s
-    per 30,000 indexed messages: so beyond IN_PLACE_SHARE of them (a user's history, a
-    retention pass) the words are dropped by merging the index into one segment, with
-    'secure-delete' off for those deletes, which would otherwise do the work twice.
+    place (FTS5's 'secure-delete', turned on for these deletes only: it also slows every
+    insert, see migration 0036): ~0.5-1.5 ms a message here, whatever the index's size.
+    Rewriting the whole index ('optimize') costs ~0.1 s per 30,000 indexed messages: so
+    beyond IN_PLACE_SHARE of them (a user's history, a retention pass) the words are
+    dropped by merging the index into one segment instead.
     """
     if not seqs:
         return
@@ -61,13 +61,15 @@ def unindex(cur: apsw.Cursor, seqs: Sequence[int]) -> None:
     # one message reads ~100 rows, not every message of a large database.
     bound = math.ceil(len(seqs) / IN_PLACE_SHARE) + 1 if IN_PLACE_SHARE > 0 else 0
     (indexed,) = cur.execute(_COUNT_UP_TO, (bound,)).fetchone() or (0,)
-    in_place = len(seqs) <= IN_PLACE_SHARE * int(indexed)
-    if not in_place:
-        cur.execute(_SECURE_DELETE, (0,))
-    cur.execute(_DELETE, (orjson.dumps(list(seqs)).decode(),))
-    if not in_place:
-        cur.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+    if len(seqs) <= IN_PLACE_SHARE * int(indexed):
         cur.execute(_SECURE_DELETE, (1,))
+        cur.execute(_DELETE, (orjson.dumps(list(seqs)).decode(),))
+        # FTS5 writes its pending changes out before it takes a new setting: the deletes
+        # above are made in place, with the setting they were made under.
+        cur.execute(_SECURE_DELETE, (0,))
+    else:
+        cur.execute(_DELETE, (orjson.dumps(list(seqs)).decode(),))
+        cur.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
 
 
 TIDY_PAGES = 200

@@ -67,4 +67,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0033_importance_by_user", m.importance_by_user),
     Migration("0034_lexical_merging", m.lexical_merging),
     Migration("0035_lexical_vocabulary", m.lexical_vocabulary),
+    Migration("0036_lexical_inserts_plain", m.lexical_inserts_plain),
 ]

@@ -396,3 +396,13 @@ def lexical_vocabulary(cur: apsw.Cursor) -> None:
     # deletes reach it with the index): a search leaves out a query's words that most
     # turns hold while rarer ones remain (store/read/lexical.py's rare_terms).
     cur.execute("CREATE VIRTUAL TABLE messages_fts_vocab USING fts5vocab(messages_fts, row)")
+
+
+def lexical_inserts_plain(cur: apsw.Cursor) -> None:
+    # FTS5's 'secure-delete' also slows every insert: while it flushes a word whose doclist
+    # spans leaves, it reads the first byte of each turn's position list as a delete flag,
+    # and for a long list (a word repeated through a tool output) that byte is a varint's
+    # high part, so it seeks the word's earlier segments for a delete that is not there
+    # (~2.8x the cost of indexing 32 turns of tool output). store/lexical.py's unindex
+    # turns it on around the deletes that need it, inside the same transaction.
+    cur.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('secure-delete', 0)")

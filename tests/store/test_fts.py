@@ -278,6 +278,35 @@ def test_unindexing_leaves_none_of_the_words_in_the_file(
     assert lexical.check(cur) is None
 
 
+def secure_delete(conn: apsw.Connection) -> int:
+    rows = conn.execute("SELECT v FROM messages_fts_config WHERE k = 'secure-delete'")
+    return int(next(iter(rows), (0,))[0])
+
+
+@pytest.mark.parametrize("share", [1.0, 0.0], ids=["in place", "by merging the index"])
+def test_inserts_are_indexed_without_secure_delete_before_and_after_an_unindex(
+        log: EventLog, monkeypatch: pytest.MonkeyPatch, share: float) -> None:
+    # 'secure-delete' makes FTS5 seek earlier segments while it indexes a turn that
+    # repeats a word (migration 0036): it is on only inside unindex.
+    monkeypatch.setattr(lexical, "IN_PLACE_SHARE", share)
+    assert secure_delete(log.conn) == 0
+    record(log, *[f"turn {i} about the weekly sync" for i in range(40)], session="other")
+    record(log, f"the {SECRET} is in here", session="doomed")
+    seqs = [r[0] for r in log.rows("SELECT seq FROM messages WHERE session_id = 'doomed'")]
+    with log.conn:
+        lexical.unindex(log.conn.cursor(), seqs)
+    assert secure_delete(log.conn) == 0
+
+
+def test_an_index_made_with_secure_delete_on_is_upgraded_to_plain_inserts(
+        tmp_path: Path) -> None:
+    conn = open_connection(str(tmp_path / "old.db"))
+    schema.migrate(conn, through="0035_lexical_vocabulary")
+    assert secure_delete(conn) == 1  # what migration 0021 left
+    schema.migrate(conn)
+    assert secure_delete(conn) == 0
+
+
 def segments(conn: apsw.Connection) -> int:
     return int(conn.execute("SELECT count(DISTINCT segid) FROM messages_fts_idx").fetchone()[0])
 
