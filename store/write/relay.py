@@ -147,12 +147,12 @@ if #items == 0 then return {0, '', 0} end
 local parsed, lanes, order = {}, {}, {}
 for i, item in ipairs(items) do
   local nl = string.find(item, '\\n', 1, true)
-  local sender, event = '', item
-  if nl ~= nil then sender = string.sub(item, 1, nl - 1); event = string.sub(item, nl + 1) end
+  local sender = ''
+  if nl ~= nil then sender = string.sub(item, 1, nl - 1) end
   local marked = string.sub(sender, 1, 1) == ARGV[6]
   if marked then sender = string.sub(sender, 2) end
   local lane = string.match(sender, '^[^:]*:([^:]*)') or sender
-  parsed[i] = {sender, event, marked, lane}
+  parsed[i] = {sender, nl, marked, lane}
   if lanes[lane] == nil then lanes[lane] = {}; table.insert(order, lane) end
   table.insert(lanes[lane], i)
 end
@@ -175,7 +175,9 @@ end
 local base = tonumber(redis.call('GET', KEYS[2]) or '0')
 local moved, failure = {}, ''
 for n, index in ipairs(picks) do
-  local sender, event, marked, lane = unpack(parsed[index])
+  local sender, nl, marked, lane = unpack(parsed[index])
+  local event = items[index]
+  if nl ~= nil then event = string.sub(event, nl + 1) end
   local ordinal = string.format('%d', base + n)
   local reply
   if sender == '' then
