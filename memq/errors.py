@@ -109,7 +109,7 @@ class Busy(MemqError):
 
 class RateLimited(MemqError):
     """This key has spent its budget for now (``[limits] key_units_per_s``, or the key's
-    own); try again after a second."""
+    own); try again in the time its message gives, at most a second."""
 
 
 class EventsRejected(MemqError):

@@ -92,7 +92,7 @@ class Guard:
         self.max_body_bytes = max_body_bytes
         self.tokens = tokens
         self.spent = spent
-        """Whether a token's budget for this second is spent: refused before its body is
+        """Whether a token's budget has no room for its calls now: refused before its body is
         read, so a flood past its budget costs the server a header's worth of work."""
         self.door = door
         """How a request without a bearer token may send its body (the console's forms,
@@ -131,8 +131,8 @@ class Guard:
         if needs_token and self.tokens is not None and not self._token_ok(headers):
             return self._through_door(scope, headers)
         if needs_token and self.spent is not None and self.spent(_token(headers)):
-            return 429, "RateLimited", ("this key spent its budget for this second; retry "
-                                        "in a second")
+            return 429, "RateLimited", ("this key's budget has no room for its calls now; "
+                                        "retry in a moment")
         return self._oversized(headers, self.max_body_bytes)
 
     def _through_door(self, scope: Scope, headers: dict[str, str]

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
+import time
+
 import httpx
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memq import RemoteMemoryClient
 from memq.errors import RateLimited
-from memq.server.budgets import Budgets, cost
+from memq.server.budgets import BURST_S, Budgets, cost
 from memq.server.principals import Grant
 from tests.producers.serving import Served
 from tests.server.conftest import key_for
@@ -16,8 +21,8 @@ from tests.server.conftest import key_for
 pytestmark = [pytest.mark.redis]
 
 
-def grant(**budget: int) -> Grant:
-    return Grant("0123456789abcdef", frozenset({"alice"}), None, frozenset({"read"}), **budget)
+def grant(key_id: str = "0123456789abcdef", **budget: int) -> Grant:
+    return Grant(key_id, frozenset({"alice"}), None, frozenset({"read"}), **budget)
 
 
 def test_a_call_beyond_the_keys_calls_at_once_is_refused_and_gives_its_place_back(
@@ -38,13 +43,54 @@ def test_a_call_beyond_the_keys_calls_at_once_is_refused_and_gives_its_place_bac
         pass  # a shared token is never counted
 
 
-def test_a_call_beyond_the_seconds_budget_is_refused(redis_url: str) -> None:
+def test_a_call_costing_more_than_a_seconds_budget_is_never_let_in(redis_url: str) -> None:
     budgets = Budgets(redis.Redis.from_url(redis_url), redis_url, units_per_s=10,
                       concurrent=16)
-    with pytest.raises(RateLimited, match="10 units"), budgets.spend(grant(), 11):
+    with pytest.raises(RateLimited, match="more than this key's budget of 10 a second"), \
+            budgets.spend(grant(), 11):
         pass
-    with pytest.raises(RateLimited, match="5 units"), budgets.spend(grant(units_per_s=5), 6):
+    with pytest.raises(RateLimited, match="budget of 5 a second"), \
+            budgets.spend(grant(units_per_s=5), 6):
         pass
+    assert budgets.spent(grant(units_per_s=5))  # the next ones like it: refused at the door
+
+
+def test_a_key_spends_a_seconds_budget_at_once_then_at_its_rate(redis_url: str) -> None:
+    connection = redis.Redis.from_url(redis_url)
+    budgets = Budgets(connection, redis_url, units_per_s=10, concurrent=16)
+    key = grant(key_id=secrets.token_hex(8))
+    with budgets.spend(key, 10):  # after a pause, a second's budget at once
+        pass
+    paid = connection.get(f"memq:budget:{key.key_id}")
+    with pytest.raises(RateLimited, match=r"budget is 10 units a second .*retry in 0\.\d\d s"), \
+            budgets.spend(key, 1):
+        pass
+    # A refused call spends nothing: the caller's next try is judged as if it had not.
+    assert connection.get(f"memq:budget:{key.key_id}") == paid
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(costs=st.lists(st.integers(1, 25), min_size=1, max_size=40))
+def test_no_key_is_let_spend_more_than_its_rate_and_one_seconds_burst(
+    redis_url: str, costs: list[int]
+) -> None:
+    limit = 50  # 20 ms a unit: no rounding
+    budgets = Budgets(redis.Redis.from_url(redis_url), redis_url, units_per_s=limit,
+                      concurrent=16)
+    key, let_in = grant(key_id=secrets.token_hex(8)), []
+    started = time.monotonic()
+    for units in costs:
+        try:
+            with budgets.spend(key, units):
+                let_in.append(units)
+        except RateLimited:
+            let_in.append(0)
+    elapsed = time.monotonic() - started
+    assert sum(let_in) <= limit * (elapsed + BURST_S)
+    # A fresh key's calls are let in as long as together they fit one second's budget.
+    fitting = next((i for i in range(len(costs)) if sum(costs[:i + 1]) > limit), len(costs))
+    assert let_in[:fitting] == costs[:fitting]
 
 
 def test_a_write_costs_its_events() -> None:
@@ -68,19 +114,24 @@ def test_over_http_a_spent_key_gets_429_with_retry_after(
         assert roomy.append_many(turns[:3])  # another key's budget is its own
 
 
-def test_a_spent_second_is_seen_by_every_server_that_spends_in_it(redis_url: str,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("memq.server.budgets.time.time", lambda: 1_800_000_000.5)
+def test_what_a_server_saw_of_a_keys_budget_refuses_its_calls_before_their_body(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     budgets = Budgets(redis.Redis.from_url(redis_url), redis_url, units_per_s=10,
                       concurrent=16)
     other = Budgets(redis.Redis.from_url(redis_url), redis_url, units_per_s=10,
-                    concurrent=16)
-    assert not other.spent(grant())
-    with budgets.spend(grant(), 9):
+                    concurrent=16)  # another server of the same Redis
+    key = grant(key_id=secrets.token_hex(8))
+    assert not other.spent(key)
+    with budgets.spend(key, 9):
         pass
-    with other.spend(grant(), 1):  # its own call reads the total of every server
+    with other.spend(key, 1):  # its own call reads the total of every server
         pass
-    assert other.spent(grant())  # what the guard asks before reading a body
-    assert budgets.spent(grant()) is False  # it last saw 9 spent; its next call will see
-    assert not other.spent(grant(units_per_s=11))
+    now = time.monotonic()
+    monkeypatch.setattr("memq.server.budgets.time.monotonic", lambda: now)
+    assert other.spent(key)  # what the guard asks before reading a body: no room for 1
+    assert budgets.spent(key)  # its smallest call here, 9, has no room either
     assert not other.spent(None)
+    monkeypatch.setattr("memq.server.budgets.time.monotonic", lambda: now + 0.15)
+    assert not other.spent(key)  # 100 ms a unit: room for one again
+    assert budgets.spent(key)  # not yet for 9
