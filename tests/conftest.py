@@ -9,6 +9,11 @@ import os
 # threads spin while they wait, so a second thread each only burns the CPU the others
 # need (a test of a few eigendecompositions took 4.2 s of CPU with it, 0.2 without).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Text logs, whose routine lines (a batch committed, a job done) are left out: a test's
+# writer thread logs into the stderr a CLI command run in the test's process writes to,
+# and in JSON one of those lines once came first in what a test read as the command's
+# error. Tests that read JSON logs ask for them (tests/faults/procs.py).
+os.environ.setdefault("MEMQ_LOG_FORMAT", "text")
 
 import subprocess
 import sys
