@@ -152,7 +152,7 @@ for i, item in ipairs(items) do
   local marked = string.sub(sender, 1, 1) == ARGV[6]
   if marked then sender = string.sub(sender, 2) end
   local lane = string.match(sender, '^[^:]*:([^:]*)') or sender
-  parsed[i] = {sender, nl, marked, lane}
+  parsed[i] = {sender, nl or 0, marked, lane}  -- 0, not nil: unpack stops at a hole
   if lanes[lane] == nil then lanes[lane] = {}; table.insert(order, lane) end
   table.insert(lanes[lane], i)
 end
@@ -177,7 +177,7 @@ local moved, failure = {}, ''
 for n, index in ipairs(picks) do
   local sender, nl, marked, lane = unpack(parsed[index])
   local event = items[index]
-  if nl ~= nil then event = string.sub(event, nl + 1) end
+  if nl > 0 then event = string.sub(event, nl + 1) end
   local ordinal = string.format('%d', base + n)
   local reply
   if sender == '' then

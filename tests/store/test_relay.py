@@ -39,13 +39,14 @@ def test_items_become_entries_in_order_with_sender_and_ordinal(redis_url: str) -
     assert connection.get(names.RELAYED_KEYS[AGENT]) == b"3"
 
 
+@pytest.mark.parametrize("stream", [AGENT, names.KEYS_INBOX_STREAM])
 def test_an_item_without_a_newline_is_an_event_the_writer_will_set_aside(
-    redis_url: str,
+    redis_url: str, stream: str,
 ) -> None:
     connection = redis.Redis.from_url(redis_url)
-    connection.rpush(QUEUE, b"no newline at all", b"a\nb\nc")
+    connection.rpush(names.INBOX_QUEUES[stream], b"no newline at all", b"a\nb\nc")
     relay_all(connection)
-    assert entries(connection) == [
+    assert entries(connection, stream) == [
         {b"event": b"no newline at all", b"ordinal": b"1"},
         {b"event": b"b\nc", b"sender": b"a", b"ordinal": b"2"},
     ]
