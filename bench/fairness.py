@@ -15,6 +15,9 @@ commit lag. It is measured three times, ``--seconds`` each:
   processes, each sending batches of 100 turns (tool outputs of 2-8 KB, a third of them) as
   fast as the server lets it: its budget is ``[limits] key_units_per_s`` (500 events a
   second), so past it A gets 429 and retries;
+- ``A paced at its budget``: the same processes send A's budget evenly instead, each a
+  call every ``--flooders`` x ``--batch`` / budget seconds: what B's turns would cost if A
+  spread its calls itself; the rest is the size of A's calls;
 - ``A without a budget``: the same flood from a key whose budget is unbounded, what memq
   did before keys had budgets: A's backlog then outgrows the window of waiting items the
   keys' queue is relayed in turn from (store/write/relay.py), and B waits behind it.
@@ -88,25 +91,30 @@ def steady(url: str, token: str, rate: float, seconds: float, label: str,
 
 
 def flood(url: str, token: str, stop: Any, seed: int, sent: Any, batch: int,
-          ready: Any) -> None:
-    """Batches of 100 turns as fast as the server takes them, until ``stop`` is set; the
-    turns accepted are added to ``sent``, and ``ready`` counts the processes whose first
-    call was answered. Run in processes of their own: in B's process, their threads would
-    hold the interpreter while B's client waits, and B's lag would measure that instead of
-    the service."""
+          ready: Any, every: float | None = None) -> None:
+    """Batches of 100 turns as fast as the server takes them (or one call ``every``
+    seconds, from a random moment), until ``stop`` is set; the turns accepted are added to
+    ``sent``, and ``ready`` counts the processes whose first call was answered. Run in
+    processes of their own: in B's process, their threads would hold the interpreter while
+    B's client waits, and B's lag would measure that instead of the service."""
     rng = random.Random(seed)
     # Made once: the flood is the requests, not this process making their text (on two
     # cores that would take the service's CPU, and B's lag would measure the machine).
     turns = a_turns(f"a-{seed}", range(batch), rng)
     answered = False
+    slot = time.monotonic() + rng.random() * (every or 0.0)
     with RemoteMemoryClient(url, token=token) as client:
         while not stop.is_set():
+            if every is not None:
+                stop.wait(max(0.0, slot - time.monotonic()))
+                slot += every
             try:
                 client.append_many(turns)
                 with sent.get_lock():
                     sent.value += batch
             except RateLimited:
-                stop.wait(0.05)  # a flooder does not honour Retry-After
+                if every is None:
+                    stop.wait(0.05)  # a flooder does not honour Retry-After
             if not answered:
                 answered = True
                 with ready.get_lock():
@@ -114,12 +122,14 @@ def flood(url: str, token: str, stop: Any, seed: int, sent: Any, batch: int,
 
 
 def measure(urls: tuple[str, str], b_token: str, flooder: str | None,
-            args: argparse.Namespace, label: str) -> tuple[list[float], int]:
-    """B on the second server, A on the first (the same server when only one runs)."""
+            args: argparse.Namespace, label: str, every: float | None = None
+            ) -> tuple[list[float], int]:
+    """B on the second server, A on the first (the same server when only one runs); A's
+    processes each send a call ``every`` seconds, or as fast as they can (None)."""
     spawn = multiprocessing.get_context("spawn")
     stop, sent, ready = spawn.Event(), spawn.Value("q", 0), spawn.Value("i", 0)
     floods = [spawn.Process(target=flood, args=(urls[0], flooder, stop, k, sent, args.batch,
-                                                ready))
+                                                ready, every))
               for k in range(args.flooders)] if flooder else []
     for process_ in floods:
         process_.start()
@@ -193,11 +203,15 @@ def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
             bulk = in_bulk(served[0], keys["a-unbounded"], args.bulk)
             with appending(served[1], keys["b"], LIGHT_RATE):
                 beside = in_bulk(served[0], keys["a-unbounded"], args.bulk)
-        results = {label: measure(served, keys["b"], flooder, args, label)
-                   for label, flooder in (("alone", None),
-                                          ("A refused at the door", keys["a-refused"]),
-                                          ("A under its budget", keys["a"]),
-                                          ("A without a budget", keys["a-unbounded"]))}
+        budget = args.budget or config.limits.key_units_per_s
+        paced = args.flooders * args.batch / budget
+        results = {label: measure(served, keys["b"], flooder, args, label, every)
+                   for label, flooder, every in (
+                       ("alone", None, None),
+                       ("A refused at the door", keys["a-refused"], None),
+                       ("A under its budget", keys["a"], None),
+                       ("A paced at its budget", keys["a"], paced),
+                       ("A without a budget", keys["a-unbounded"], None))}
     report(results, args)
     if args.bulk:
         print(f"one key alone in bulk ({args.bulk:,} turns in calls of {BATCH}, a third tool "
@@ -258,8 +272,10 @@ def report(results: dict[str, tuple[list[float], int]], args: argparse.Namespace
                  if gave_up else ""))
     bounded = percentile(results["A under its budget"][0], 99) * 1000
     refused = percentile(results["A refused at the door"][0], 99) * 1000
+    paced = percentile(results["A paced at its budget"][0], 99) * 1000
     print(f"B's p99 with A flooding under its budget / alone: x{bounded / alone:.2f} "
-          f"(goal <= x2); with A refused at the door: x{refused / alone:.2f}")
+          f"(goal <= x2); with A refused at the door: x{refused / alone:.2f}; with A "
+          f"sending its budget evenly: x{paced / alone:.2f}")
 
 
 if __name__ == "__main__":

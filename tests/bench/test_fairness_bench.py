@@ -19,11 +19,16 @@ def test_the_fairness_bench_prints_each_phase_and_the_ratio() -> None:
          "--flooders", "1", "--flush-timeout", "3", "--bulk", "300"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    for phase in ("alone", "A refused at the door", "A under its budget", "A without a budget"):
+    for phase in ("alone", "A refused at the door", "A under its budget",
+                  "A paced at its budget", "A without a budget"):
         assert re.search(rf"{phase}\s+B p50\s+[\d.]+ ms\s+p99\s+[\d.]+ ms", done.stdout), \
             done.stdout
     assert re.search(r"under its budget / alone: x[\d.]+ \(goal <= x2\); with A refused at "
-                     r"the door: x[\d.]+", done.stdout), done.stdout
+                     r"the door: x[\d.]+; with A sending its budget evenly: x[\d.]+",
+                     done.stdout), done.stdout
+    paced = re.search(r"A paced at its budget .* A sent ([\d,]+) turns/s", done.stdout)
+    assert paced is not None, done.stdout
+    assert int(paced.group(1).replace(",", "")) > 0, done.stdout  # A did send
     assert re.search(r"one key alone in bulk \(300 turns in calls of 100, a third tool "
                      r"outputs\): [\d,]+ turns/s committed; beside a key appending one turn "
                      r"at a time, up to 200 a second: [\d,]+", done.stdout), done.stdout
