@@ -22,6 +22,7 @@ import orjson
 from memq import narrowing, tenants
 from memq.events import Event, EventType
 from memq.printable import shown
+from memq.store.read.scope import Owner
 from memq.store.write import bulk
 
 FORGETS = frozenset({EventType.SESSION_FORGOTTEN, EventType.MESSAGE_FORGOTTEN,
@@ -50,7 +51,7 @@ class Reads:
     its session's owner again: 32 of one key's turns, 32 times the same rows."""
 
     keys: dict[str, _Key | None] = field(default_factory=dict)
-    owners: dict[str, tuple[str | None, str | None] | None] = field(default_factory=dict)
+    owners: dict[str, Owner | None] = field(default_factory=dict)
 
 
 def refusal(cur: apsw.Cursor, event: Event, key_id: str, narrowed: str | None = None,
@@ -168,10 +169,10 @@ def _owner(cur: apsw.Cursor, event: Event, reads: Reads
         if event.session_id not in reads.owners:
             found = cur.execute("SELECT user_id, agent_id FROM sessions WHERE session_id = ?",
                                 (event.session_id,)).fetchone()
-            reads.owners[event.session_id] = None if found is None else (found[0], found[1])
-        row = reads.owners[event.session_id]
-        if row is not None and (row[0] is not None or row[1] is not None):
-            return row[0], row[1], f"session {shown(event.session_id):.60}"
+            reads.owners[event.session_id] = None if found is None else Owner(*found)
+        owner = reads.owners[event.session_id]
+        if owner is not None and owner != Owner(None, None):
+            return owner.user_id, owner.agent_id, f"session {shown(event.session_id):.60}"
         return p.get("user_id"), p.get("agent_id"), f"session {shown(event.session_id):.60}"
     if "user_id" in p or event.type.startswith(("fact.", "document.")):
         return p.get("user_id"), None, "a global fact or document" if p.get(

@@ -301,7 +301,7 @@ def _keyed_refusals(cur: apsw.Cursor, batch: list[Decoded]) -> dict[int, str]:
         raise RetryCarefully("an event sent for a key names a session without its owner")
     # The owners just read are the ones judging reads: not read again per session.
     refused = {}
-    reads = attribution.Reads(owners={s: (o.user_id, o.agent_id) for s, o in owned.items()})
+    reads = attribution.Reads(owners=dict(owned))
     for n, event, key_id, narrowed in keyed:
         reason = attribution.refusal(cur, event, key_id, narrowed, reads=reads)
         if reason is not None:
