@@ -5,7 +5,7 @@
 A private Redis with memq's ACL users, a real ``memq writer`` and ``memq serve`` (each its
 own process). Key B (user ``b``) appends ``--rate`` turns a second over HTTP, each followed
 by its ``flush``: the time from sending the turn until the writer has committed it is B's
-commit lag. It is measured three times, ``--seconds`` each:
+commit lag. It is measured in each of these phases, ``--seconds`` each:
 
 - ``alone``: nobody else writes;
 - ``A refused at the door``: key A floods the same way with a budget of one event a
