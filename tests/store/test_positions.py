@@ -11,13 +11,14 @@ import redis
 
 from memq import MemoryClient, names
 from memq.config import Config, ReplicationConfig
-from memq.inbox import committed_marks
+from memq.inbox import committed_marks, stream_position
 from memq.store import backup as copies
 from memq.store import schema
 from memq.store.read.pool import ReadPool
 from memq.store.write import positions
 from memq.store.write.service import open_writer
 from memq.testing import WriterThread
+from tests.scheduled import eventually
 
 pytestmark = pytest.mark.redis
 
@@ -86,6 +87,11 @@ def test_with_a_replica_entries_stay_for_the_window_then_go(
         assert connection.xlen(stream) == 5
         writer = running.writer
         assert writer is not None
+        # flush returns once Redis says committed; the writer's thread records its own
+        # position just after that, and trim cuts at the position it has recorded.
+        [(newest, _)] = connection.xrevrange(stream, count=1)
+        eventually(lambda: writer.inbox.committed().get(stream) == stream_position(newest),
+                   "the writer to record its commit")
         writer.inbox.trim()
         assert connection.xlen(stream) == 5  # still inside the window
         later = time.time() + 61
