@@ -193,10 +193,14 @@ class Run:
     folds: bool = False
     tuned: str = "recall"
     """The profile whose constants the folds tune (over :data:`folds.GRID_AXES`)."""
+    settings: tuple[tuple[str, float], ...] = ()
+    """``[retrieval]`` settings changed for every profile and variant measured."""
 
     def variants(self, settings: RetrievalConfig) -> dict[str, tuple[RetrievalConfig,
                                                                     Profile | None]]:
         """Name -> (settings, a profile object when it is not one of ``PROFILES``)."""
+        changes: dict[str, Any] = dict(self.settings)
+        settings = dataclasses.replace(settings, **changes)
         found: dict[str, tuple[RetrievalConfig, Profile | None]] = {
             name: (settings, profile) for name, profile in BASELINES.items() if self.baselines}
         for name in self.profiles:
@@ -395,6 +399,18 @@ def evaluate(data: Path, categories: list[int], run: Run, *, layout: str = "sess
     return scores
 
 
+def setting(text: str) -> tuple[str, float]:
+    """``KEY=VALUE`` of ``--set``: a numeric ``[retrieval]`` setting, of its own type."""
+    key, _, value = text.partition("=")
+    kind = type(getattr(RetrievalConfig(), key, None))
+    if kind not in (int, float):
+        raise argparse.ArgumentTypeError(f"{key!r} is not a numeric [retrieval] setting")
+    try:
+        return key, kind(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{key}: {value!r} is not {kind.__name__}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True, help="a LoCoMo-format JSON file")
@@ -412,13 +428,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="leave-one-conversation-out tuning of the recall profile")
     parser.add_argument("--ablations", action="store_true",
                         help="also measure variants of the recall profile")
+    parser.add_argument("--set", action="append", type=setting, default=[], dest="settings",
+                        metavar="KEY=VALUE", help="a [retrieval] setting for every profile "
+                        "measured, e.g. recall_name_penalty=0 (repeatable)")
     parser.add_argument("--cache", type=Path, default=None,
                         help="keep the loaded, embedded corpus in this directory and reuse it")
     args = parser.parse_args(argv)
     try:
         for name in args.profiles:  # an unknown one fails now, not after loading
             profile_for(dataclasses.replace(RetrievalConfig(), profile=name))
-        run = Run(tuple(args.profiles), ablations=args.ablations, folds=args.folds)
+        run = Run(tuple(args.profiles), ablations=args.ablations, folds=args.folds,
+                  settings=tuple(args.settings))
+        run.variants(RetrievalConfig())  # a setting out of range fails now too
         evaluate(args.data, sorted(set(args.categories)), run, layout=args.scope,
                  cache=args.cache)
     except (locomo.DataError, MemqError) as exc:

@@ -123,6 +123,27 @@ def test_the_bench_refuses_a_bad_file_or_profile(tmp_path: Path) -> None:
         retrieval.main(["--data", str(bad), "--profiles", "recall,best"])
 
 
+def test_a_setting_changes_every_profile_measured_and_a_bad_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = retrieval.Run(("recall",), folds=True, settings=(("recall_name_penalty", 0.5),
+                                                           ("recall_budget", 12)))
+    variants = run.variants(retrieval.RetrievalConfig())
+    assert {settings.recall_name_penalty for settings, _ in variants.values()} == {0.5}
+    assert {settings.recall_budget for settings, _ in variants.values()} == {12}
+    assert retrieval.setting("recall_budget=12") == ("recall_budget", 12)
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    for value, said in (("recall_budgte=3", "'recall_budgte' is not a numeric"),
+                        ("profile=recall", "'profile' is not a numeric"),
+                        ("recall_budget=2.5", "recall_budget: '2.5' is not int")):
+        with pytest.raises(SystemExit):
+            retrieval.main(["--data", str(bad), "--set", value])
+        assert said in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"recall_name_penalty must be between 0\.0 and 1\.0"):
+        retrieval.main(["--data", str(bad), "--set", "recall_name_penalty=2"])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not DEV_FILE.exists(), reason=f"{DEV_FILE} is absent")
 def test_recall_reaches_its_goal_on_a_development_conversation(
