@@ -114,6 +114,9 @@ class RetrievalConfig:
     """A relevant turn this close (cosine) to a better one already chosen is left out: a
     near-copy (a retried call, a repeated tool output, the same words to someone else)
     takes one place, not several. 1.0: only exact copies."""
+    recall_name_penalty: float = 0.3
+    """When a question names someone some sessions of the scope name too, the share of its
+    score a relevant turn of another session loses. 0: no such rule."""
     reranker_dir: str = ""
     """A local cross-encoder (see memq/reranker.py); empty: none (the default)."""
     reranker_candidates: int = 40
@@ -132,6 +135,7 @@ class RetrievalConfig:
         _at_least("retrieval", "recall_feedback_turns", self.recall_feedback_turns, 1)
         _between("retrieval", "recall_duplicate_cosine", self.recall_duplicate_cosine,
                  0.5, 1.0)
+        _between("retrieval", "recall_name_penalty", self.recall_name_penalty, 0.0, 1.0)
         _at_least("retrieval", "reranker_candidates", self.reranker_candidates, 1)
         _at_least("retrieval", "facts_limit", self.facts_limit, 1)
         _at_least("retrieval", "query_cache_size", self.query_cache_size, 1)

@@ -1,7 +1,8 @@
 """How the ``recall`` profile weighs lexical and semantic evidence, and neighbouring turns.
 
-Pure functions on what the branches found; no reads here. Four rules, each measured on
-the development conversations (bench/retrieval.py):
+Pure functions on what the branches found; no reads here. Six rules, each measured on
+the development conversations (bench/retrieval.py), the last two on one user's long
+history too (bench/context.py --realistic):
 
 1. *Calibrated similarity.* A raw cosine means different things for different queries
    (with all-MiniLM-L6-v2 most relevant turns score 0.4-0.6, and a fixed cut at 0.65
@@ -25,11 +26,16 @@ the development conversations (bench/retrieval.py):
    output, the same words to someone else), and each near-copy would take a place of the
    budget that something else could use. The better of the copies, by rules 1-4, stays:
    the one whose words match the question's (a name, say) when the others do not.
+6. *Named.* When a question names someone (or something) and some sessions of the scope
+   name them too, the candidates of the other sessions keep ``1 - name_penalty`` of
+   their score (:func:`named`): many conversations of a user look alike, and the one
+   with the person asked about is the one to answer from. The session decides, not the
+   turn: an answer to Caroline need not say "Caroline" (store/read/names.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -156,6 +162,20 @@ def distinct(ranked: Sequence[Candidate], vectors: Mapping[str, np.ndarray],
             kept_rows.append(at)
         kept.append(candidate)
     return kept
+
+
+def named(ranked: Iterable[Candidate], naming: Collection[str], penalty: float
+          ) -> list[Candidate]:
+    """``ranked`` (best first) with the ``own`` score of each candidate not in ``naming``
+    scaled by ``1 - penalty``, best first again; unchanged when ``naming`` is empty (no
+    session names anyone asked about, and scaling every score alike would change nothing
+    but the figures)."""
+    if not naming or penalty <= 0:
+        return list(ranked)
+    keep = 1.0 - penalty
+    scaled = [c if c.id in naming else replace(c, own=c.own * keep) for c in ranked]
+    # A stable sort: scores a product made equal (a penalty of 1) keep the order they had.
+    return sorted(scaled, key=lambda c: -c.fused)
 
 
 def _z_scores(cosine: Mapping[str, float], moments: tuple[float, float] | None,

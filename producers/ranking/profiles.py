@@ -130,6 +130,11 @@ class Sources(Protocol):
         """A cross-encoder's score of each (query, text); None when there is none."""
         ...
 
+    def naming(self, scope: Scope, query: str, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` whose session names someone ``query`` names (see
+        :mod:`store.read.names`); empty when it names no one a session of the scope does."""
+        ...
+
 
 class Strategy(Protocol):
     @property
@@ -250,6 +255,9 @@ class Relevance:
     """How many of the first round's best turns the feedback round moves towards."""
     duplicate_cosine: float = 1.0
     """A candidate whose vector is at least this near a better one's is left out."""
+    name_penalty: float = 0.0
+    """The share of its score a candidate loses when the question names someone its
+    session does not and other sessions do (rule 6 of :mod:`producers.ranking.fusion`)."""
     name: str = "relevance"
 
     def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
@@ -297,14 +305,13 @@ class Relevance:
         ``feedback``, the better of two rounds (rule 4 of :mod:`producers.ranking.fusion`)."""
         bm25 = alongside.start(lambda: sources.lexical_scores(scope, query, LEXICAL_EVIDENCE))
         first = self._round(sources, scope, bm25, query)
-        if self.feedback <= 0 or not first:
-            return first
-        found = sources.vectors(scope, [c.id for c in first[: self.feedback_turns]])
-        moved = fusion.feedback_query(sources.query_vector(query),
-                                      np.array(list(found.values())), self.feedback)
-        if moved is None:
-            return first
-        return fusion.best_of(first, self._round(sources, scope, bm25, moved))
+        if self.feedback > 0 and first:
+            found = sources.vectors(scope, [c.id for c in first[: self.feedback_turns]])
+            moved = fusion.feedback_query(sources.query_vector(query),
+                                          np.array(list(found.values())), self.feedback)
+            if moved is not None:
+                first = fusion.best_of(first, self._round(sources, scope, bm25, moved))
+        return self._named(sources, scope, query, first)
 
     def _round(self, sources: Sources, scope: Scope, lexical: Future[list[tuple[str, float]]],
                query: Query) -> list[fusion.Candidate]:
@@ -323,6 +330,16 @@ class Relevance:
         cosine.update(sources.similarities(scope, query, lexical_only, keys=keys))
         return fusion.fuse(candidates, dict(bm25), cosine, moments,
                            self.lexical_weight, self.min_z)
+
+    def _named(self, sources: Sources, scope: Scope, query: str,
+               ranked: list[fusion.Candidate]) -> list[fusion.Candidate]:
+        """Rule 6 of :mod:`producers.ranking.fusion`: the candidates of sessions that name no
+        one ``query`` names lose a share, when others do; not within one session, where
+        every turn names alike."""
+        if self.name_penalty <= 0 or scope.kind == "session" or not ranked:
+            return ranked
+        naming = sources.naming(scope, query, [c.id for c in ranked])
+        return fusion.named(ranked, naming, self.name_penalty)
 
 
 @dataclass
@@ -421,7 +438,8 @@ def recall(config: RetrievalConfig) -> Profile:
                       rerank=config.reranker_candidates if config.reranker_dir else 0,
                       feedback=config.recall_feedback,
                       feedback_turns=config.recall_feedback_turns,
-                      duplicate_cosine=config.recall_duplicate_cosine),
+                      duplicate_cosine=config.recall_duplicate_cosine,
+                      name_penalty=config.recall_name_penalty),
         ),
         budgeted(budget),
     )

@@ -21,7 +21,7 @@ from memq.producers.ranking.profiles import Query
 from memq.producers.working_memory import PositionReader, WorkingMemory
 from memq.reranker import Reranker
 from memq.store.read import embedding_backlog as backlog
-from memq.store.read import lexical, sessions
+from memq.store.read import lexical, names, sessions
 from memq.store.read import messages as stored
 from memq.store.read.messages import Message, chronological_key
 from memq.store.read.pool import ReadPool
@@ -167,6 +167,14 @@ class SessionSources:
     def rerank_scores(self, query: str, texts: Sequence[str]) -> list[float] | None:
         """The cross-encoder's score of each (query, text); None without a reranker."""
         return None if self.reranker is None else self.reranker.scores(query, texts)
+
+    def naming(self, scope: Scope, query: str, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` whose session names someone ``query`` names."""
+        asked = names.names(query)
+        if not asked or not ids or not self.database_exists():
+            return set()
+        with self.readers.connection() as conn:
+            return names.naming(conn, scope, asked, list(ids))
 
     def load_recent(self, session_id: str, limit: int) -> SessionSnapshot:
         """The session's mark and last ``limit`` committed items, oldest first (what

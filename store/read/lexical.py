@@ -119,9 +119,14 @@ _TURNS = "SELECT max(rowid) FROM messages"
 def terms(query: str) -> list[str]:
     """The distinct, case-folded words of ``query`` to search, function words dropped."""
     words = list(dict.fromkeys(
-        w.casefold() for w in _WORD.findall(_CONTRACTION.sub(" ", query))))
+        w.casefold() for w in _WORD.findall(without_contractions(query))))
     content = [w for w in words if w not in STOPWORDS]
     return (content or words)[:MAX_TERMS]
+
+
+def without_contractions(text: str) -> str:
+    """``text`` with what :data:`_CONTRACTION` matches blanked out."""
+    return _CONTRACTION.sub(" ", text)
 
 
 def rare_terms(conn: apsw.Connection, words: list[str]) -> list[str]:
@@ -129,16 +134,22 @@ def rare_terms(conn: apsw.Connection, words: list[str]) -> list[str]:
     (and :data:`COMMON_FLOOR`) or in none, unless that leaves none (then all of them)."""
     if len(words) < 2:
         return words
+    return uncommon(conn, words, missing=words) or words
+
+
+def uncommon(conn: apsw.Connection, words: list[str], *, missing: list[str]) -> list[str]:
+    """Those of ``words`` that some indexed turns hold, but not more than
+    :data:`COMMON_SHARE` of them (and :data:`COMMON_FLOOR`); ``missing`` on a database
+    from before the index's vocabulary (migration 0035), which cannot tell."""
     indexed = cast("int | None", conn.execute(_INDEXED).fetchall()[0][0])
     limit = max(COMMON_SHARE * (indexed or 0), COMMON_FLOOR)
     tokenize = conn.fts5_tokenizer(*TOKENIZER)
     try:
-        rare = [w for w in words if 0 < _documents(conn, tokenize, w) <= limit]
+        return [w for w in words if 0 < _documents(conn, tokenize, w) <= limit]
     except apsw.SQLError as exc:
         if "no such table" in str(exc):
-            return words  # a database from before the vocabulary (migration 0035)
+            return missing
         raise
-    return rare or words
 
 
 def _documents(conn: apsw.Connection, tokenize: Callable[..., Any], word: str) -> int:
@@ -158,10 +169,10 @@ def words_expression(scope: Scope, words: list[str]) -> str | None:
     if not words:
         return None
     # Inside double quotes FTS5 syntax has no meaning; the words hold no quote anyway.
-    return f"{scope.match()} AND {_content_expression(words)}"
+    return f"{scope.match()} AND {content_expression(words)}"
 
 
-def _content_expression(words: list[str]) -> str:
+def content_expression(words: list[str]) -> str:
     any_word = " OR ".join(f'"{word}"' for word in words)
     return f"content : ({any_word})"
 
@@ -210,7 +221,7 @@ def _whole(conn: apsw.Connection, scope: Scope, words: list[str], limit: int, sh
     inside = f"{scope.condition('m')} AND {visible('m')}"
     weights = dict(zip(("w0", "w1", "w2", "w3"), BM25_WEIGHTS, strict=True))
     rows = conn.execute(_SEARCH_WHOLE.format(inside=inside), {
-        **scope.params(), **weights, "match": _content_expression(words), "limit": asked,
+        **scope.params(), **weights, "match": content_expression(words), "limit": asked,
     }).fetchall()
     kept = [(message_id, score) for message_id, score, ok in rows if ok][:limit]
     if len(kept) < limit and len(rows) == asked:

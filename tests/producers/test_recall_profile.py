@@ -29,11 +29,13 @@ from memq.producers.ranking.fusion import (
     distinct,
     feedback_query,
     fuse,
+    named,
     with_neighbours,
 )
 from memq.producers.ranking.profiles import Hit, Relevance, budgeted, profile_for
 from memq.store.read import lexical as lexical_query
 from memq.store.read.messages import Message
+from memq.store.read.scope import Scope
 from tests.embedding_events import send_embeddings
 from tests.faults.hostile import SQL_LOOKING
 
@@ -205,6 +207,33 @@ def test_distinct_keeps_each_candidate_unless_a_kept_better_one_is_near(
             assert any(near(c.id, k) for k in with_vectors if k < c.id)
 
 
+def test_candidates_of_sessions_that_name_no_one_asked_about_lose_a_share() -> None:
+    ranked = [Candidate("a", own=0.9), Candidate("b", own=0.8), Candidate("c", own=0.5)]
+    assert [(c.id, c.own) for c in named(ranked, {"b"}, 0.3)] == [
+        ("b", 0.8), ("a", pytest.approx(0.63)), ("c", pytest.approx(0.35))]
+    assert named(ranked, set(), 0.3) == ranked  # no session names them: nothing to prefer
+    assert named(ranked, {"b"}, 0.0) == ranked
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12),
+       st.sets(st.integers(0, 11)), st.floats(0.01, 1.0))
+def test_the_name_rule_keeps_the_order_within_each_side(
+    scores: list[float], naming: set[int], penalty: float
+) -> None:
+    ranked = sorted((Candidate(f"{i:02d}", own=s) for i, s in enumerate(scores)),
+                    key=lambda c: (c.fused, c.id), reverse=True)
+    ids = {f"{i:02d}" for i in naming}
+    after = named(ranked, ids, penalty)
+    assert sorted(c.id for c in after) == sorted(c.id for c in ranked)
+    for side in (True, False):
+        assert [c.id for c in after if (c.id in ids) is side] == [
+            c.id for c in ranked if (c.id in ids) is side]
+    if ids & {c.id for c in ranked}:
+        kept = {c.id: c.own for c in ranked}
+        assert all(c.own == (kept[c.id] if c.id in ids else kept[c.id] * (1 - penalty))
+                   for c in after)
+
+
 def test_the_budget_counts_each_message_once() -> None:
     m = [message(str(i), i) for i in range(8)]
     combine = budgeted(5)
@@ -227,6 +256,7 @@ class Turns:
         self.turns = [message(f"{i:02d}", i) for i in range(n)]
         self.bm25, self.cosine = bm25, cosine
         self.asked: list[list[str]] = []
+        self.named: set[str] = set()
 
     def lexical_scores(self, session_id: str, query: str, limit: int) -> list[tuple[str, float]]:
         return sorted(self.bm25.items(), key=lambda p: -p[1])[:limit]
@@ -256,6 +286,9 @@ class Turns:
     def vectors(self, session_id: str, ids: Sequence[str],
                 *, turned: bool = False) -> dict[str, np.ndarray]:
         return {}  # the semantic scores are given: no vectors behind them
+
+    def naming(self, scope: Scope, query: str, ids: Sequence[str]) -> set[str]:
+        return {mid for mid in ids if mid in self.named}
 
 
 class VectorTurns(Turns):
@@ -346,6 +379,18 @@ def test_relevance_asks_for_the_successors_of_its_best_only() -> None:
     assert hits[-1].score == pytest.approx(0.35)
 
 
+def test_relevance_prefers_the_sessions_that_name_who_is_asked_about() -> None:
+    turns = Turns({"03": 8.0, "05": 7.0}, {})
+    turns.named = {"05"}
+    asked = Scope("s1", "user", "u1")
+    plain = relevance(limit=4, neighbour_share=0.0).find(turns, asked, "q")  # type: ignore[arg-type]
+    rule = relevance(limit=4, neighbour_share=0.0, name_penalty=0.3)
+    assert [h.message.id for h in plain] == ["03", "05"]
+    assert [h.message.id for h in rule.find(turns, asked, "q")] == ["05", "03"]  # type: ignore[arg-type]
+    # Within one session every turn names alike: the rule is not asked.
+    assert [h.message.id for h in rule.find(turns, Scope("s1"), "q")] == ["03", "05"]  # type: ignore[arg-type]
+
+
 # -- end to end --------------------------------------------------------------------------
 
 def recall_client(config: Config, clients: list[MemoryClient], embedder: Embedder | None = None,
@@ -425,6 +470,36 @@ def test_a_repeated_tool_output_takes_one_place(
     found = [ids.index(item.id) for item in items if "recency" not in item.scores]
     assert len({3, 7, 11, 15} & set(found)) == 1, found
     assert 22 in found
+
+
+def look_alike(name: str, friend: str, answer: str) -> list[str]:
+    """A talk between two people; the answer to what one of them painted names no one."""
+    return [f"{name}: I've been out by the lake every morning lately.",
+            f"{friend}: That's wonderful! What did you do there?", answer,
+            f"{friend}: I'd love to see it sometime."]
+
+
+@pytest.mark.redis
+@pytest.mark.model
+@pytest.mark.parametrize("penalty", [0.0, 0.3])
+def test_a_question_about_someone_is_answered_from_the_sessions_that_name_them(
+    config: Config, clients: list[MemoryClient], embedder: Embedder, penalty: float
+) -> None:
+    """Two look-alike talks, with Caroline and with Priya; Priya's answer says "painted",
+    Caroline's does not, and neither names anyone. Asked what Caroline painted, with one
+    place for relevance: without rule 6 it goes to Priya's talk, with it to Caroline's."""
+    client = recall_client(config, clients, embedder, recall_name_penalty=penalty,
+                           recall_budget=4)
+    texts = {"first": look_alike("Caroline", "Melanie", "A sunset over the water."),
+             "second": look_alike("Priya", "Tom", "I painted a sunset over the water."),
+             "asking": FILLER[:3]}
+    ids = {client.append(session, "user", text, user_id="u"): session
+           for session, turns in texts.items() for text in turns}
+    client.flush()
+    send_embeddings(client, list(ids), embedder.embed([t for ts in texts.values() for t in ts]))
+    items = client.get_context("asking", "What did Caroline paint?", scope="user")
+    relevant = [ids[item.id] for item in items if "recency" not in item.branches]
+    assert relevant == (["first"] if penalty else ["second"])
 
 
 @pytest.mark.redis
@@ -599,6 +674,8 @@ def test_recall_profile_from_the_file() -> None:
     ({"recall_duplicate_cosine": 0.2}, "recall_duplicate_cosine must be between 0.5 and 1.0"),
     ({"recall_duplicate_cosine": float("nan")}, "recall_duplicate_cosine must be between"),
     ({"recall_min_z": float("nan")}, "recall_min_z must be between"),
+    ({"recall_name_penalty": 1.5}, "recall_name_penalty must be between 0.0 and 1.0"),
+    ({"recall_name_penalty": -0.1}, "recall_name_penalty must be between 0.0 and 1.0"),
     ({"recall_min_z": "high"}, "recall_min_z must be float"),
     ({"recall_budget": 2.5}, "recall_budget must be int"),
     ({"recall_neighbours": 1}, "unknown key(s) in [retrieval]: recall_neighbours"),

@@ -1,0 +1,69 @@
+"""Who a question names, and which of a scope's sessions name them too.
+
+A user's history holds many conversations that look alike: the same kinds of talk with
+other people. A question about one person ("What did Caroline paint?") is better answered
+from the sessions where that person is named, and a turn there need not say the name
+itself (her own turns, an answer to her). So the unit is the session: a candidate turn
+counts as naming someone when its session does, and the others lose a share of their score
+(rule 6 of :mod:`producers.ranking.fusion`).
+
+A name is a word written with a capital that grammar does not explain: not a sentence's
+first word, not "I", not a function word. Names the index finds in no turn, or in more
+than :data:`~store.read.lexical.COMMON_SHARE` of them (the user's own name, say), single
+out nothing and are not looked for.
+"""
+
+from __future__ import annotations
+
+import re
+
+import apsw
+import orjson
+
+from memq.store.read import lexical
+from memq.store.read.hidden import visible
+from memq.store.read.scope import Scope
+
+MAX_NAMES = 8
+"""A query's first this many names are looked for (a long query stays cheap)."""
+
+_SENTENCE = re.compile(r"[.!?;:\n]+")
+_WORD = re.compile(r"[^\W_]+")
+
+_NAMING = f"""
+    SELECT m.id FROM json_each(:ids) AS wanted
+    CROSS JOIN messages m ON m.id = wanted.value
+    WHERE m.session_id IN (
+        SELECT n.session_id FROM messages_fts JOIN messages n ON n.seq = messages_fts.rowid
+        WHERE messages_fts MATCH :match AND {{scope}} AND {visible("n")})"""
+
+
+def names(query: str) -> list[str]:
+    """The distinct, case-folded words ``query`` capitalises where grammar does not."""
+    found: dict[str, None] = {}
+    for sentence in _SENTENCE.split(lexical.without_contractions(query)):
+        for word in _WORD.findall(sentence)[1:]:
+            folded = word.casefold()
+            if word[0].isupper() and folded != "i" and folded not in lexical.STOPWORDS:
+                found.setdefault(folded)
+    return list(found)[:MAX_NAMES]
+
+
+def naming(conn: apsw.Connection, scope: Scope, words: list[str], ids: list[str]
+           ) -> set[str]:
+    """Those of ``ids`` (turns of ``scope``) whose session holds one of ``words`` (names as
+    :func:`names` gives them), those too common to single anyone out left aside."""
+    if not words or not ids:
+        return set()
+    try:
+        rare = lexical.uncommon(conn, words, missing=[])
+        if not rare:
+            return set()
+        rows = conn.execute(_NAMING.format(scope=scope.condition("n")), {
+            **scope.params(), "ids": orjson.dumps(ids).decode(),
+            "match": lexical.content_expression(rare)}).fetchall()
+    except apsw.SQLError as exc:
+        if "no such table" in str(exc):
+            return set()  # a database the writer has not migrated yet: no index
+        raise
+    return {str(row[0]) for row in rows}

@@ -1,0 +1,145 @@
+"""Who a question names, and which sessions of a scope name them too (store/read/names.py).
+
+Driven through the writer's own batch code (tests/store/eventlog.py), without Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memq.store import lexical
+from memq.store.read import lexical as lexical_query
+from memq.store.read import names
+from memq.store.read.scope import Scope
+from tests.store.eventlog import EventLog
+from tests.store.test_fts import fill
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[EventLog]:
+    opened = EventLog(tmp_path)
+    yield opened
+    opened.close()
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("What did Caroline research?", ["caroline"]),
+    ("When did Melanie's kids visit the Grand Canyon?", ["melanie", "grand", "canyon"]),
+    ("Did John and Maria meet? I think so. Maybe Gina knows", ["john", "maria", "gina"]),
+    ("Caroline went where?", []),  # a sentence's first word is capitalised by grammar
+    ("what did i tell you about The Thing", ["thing"]),  # "i", and a function word
+    ("", []),
+    ("what did JOHN say", ["john"]),
+])
+def test_the_names_of_a_question(query: str, expected: list[str]) -> None:
+    assert names.names(query) == expected
+
+
+@given(st.text(max_size=300))
+def test_any_text_gives_distinct_folded_words_it_capitalises_past_a_sentence_start(
+    text: str,
+) -> None:
+    found = names.names(text)
+    assert len(found) == len(set(found)) <= names.MAX_NAMES
+    folded = text.casefold()
+    for name in found:
+        assert name == name.casefold()
+        assert name in folded
+        assert name != "i"
+        assert name not in lexical_query.STOPWORDS
+
+
+TURNS = [
+    ("Caroline: I went to the support group", "s1", "u1"),
+    ("Melanie: that sounds lovely", "s1", "u1"),
+    ("Rowan: I went to the support group too", "s2", "u1"),
+    ("Avery: tell me more", "s2", "u1"),
+    ("Caroline: hello from another user", "s3", "u2"),
+]
+
+
+def ids_of(log: EventLog) -> dict[str, str]:
+    return {content: mid for mid, content in log.rows("SELECT id, content FROM messages")}
+
+
+def test_a_turn_counts_as_naming_when_its_session_does(log: EventLog) -> None:
+    fill(log, TURNS)
+    mids = ids_of(log)
+    asked = [mids[text] for text, _, user in TURNS if user == "u1"]
+    scope = Scope("s1", "user", "u1")
+    # Melanie's turn does not say "Caroline"; its session does.
+    assert names.naming(log.conn, scope, ["caroline"], asked) == {
+        mids[TURNS[0][0]], mids[TURNS[1][0]]}
+    assert names.naming(log.conn, scope, ["caroline", "avery"], asked) == set(asked)
+    assert names.naming(log.conn, scope, ["zyzzyva"], asked) == set()
+    assert names.naming(log.conn, scope, [], asked) == set()
+    assert names.naming(log.conn, scope, ["caroline"], []) == set()
+
+
+def test_a_name_said_in_a_session_names_each_of_its_turns_and_no_other_users(
+    log: EventLog
+) -> None:
+    fill(log, [*TURNS, ("Rowan: Caroline said hi", "s2", "u1")])
+    mids = ids_of(log)
+    mine = [mids["Rowan: I went to the support group too"]]
+    assert names.naming(log.conn, Scope("s1", "user", "u1"), ["caroline"], mine) == set(mine)
+    theirs = [mids[TURNS[4][0]]]  # "avery" is said in u1's sessions only
+    assert names.naming(log.conn, Scope("s3", "user", "u2"), ["avery"], theirs) == set()
+
+
+def test_a_forgotten_turn_no_longer_names_its_session(log: EventLog) -> None:
+    fill(log, TURNS)
+    mids = ids_of(log)
+    seq = log.rows("SELECT seq FROM messages WHERE id = ?", mids[TURNS[0][0]])[0][0]
+    lexical.unindex(log.conn.cursor(), [seq])
+    assert names.naming(log.conn, Scope("s1", "user", "u1"), ["caroline"],
+                        [mids[TURNS[1][0]]]) == set()
+
+
+def test_a_name_most_turns_hold_singles_out_no_one(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill(log, TURNS)
+    monkeypatch.setattr(lexical_query, "COMMON_FLOOR", 0)
+    monkeypatch.setattr(lexical_query, "COMMON_SHARE", 0.3)  # "caroline": 2 of 5 turns
+    mids = ids_of(log)
+    asked = list(mids.values())
+    assert names.naming(log.conn, Scope("s1", "user", "u1"), ["caroline"], asked) == set()
+    assert names.naming(log.conn, Scope("s1", "user", "u1"), ["caroline", "melanie"],
+                        asked) == {mids[TURNS[0][0]], mids[TURNS[1][0]]}
+
+
+WORDS = ["ada", "bo", "cy", "lake", "tea"]
+SESSIONS = [("s1", "u1"), ("s2", "u1"), ("s3", "u1"), ("s4", "u2")]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+                                st.sampled_from(SESSIONS)), min_size=1, max_size=20),
+       asked=st.lists(st.sampled_from(WORDS), max_size=3),
+       scope=st.sampled_from([Scope("s1", "user", "u1"), Scope("s4", "user", "u2")]))
+def test_naming_is_the_turns_whose_session_holds_a_name(
+    tmp_path_factory: pytest.TempPathFactory, turns: list[tuple[list[str], tuple[str, str]]],
+    asked: list[str], scope: Scope,
+) -> None:
+    """A model: a candidate of the scope names someone when a turn of its session holds
+    one of the asked words (the default floor: no word is common in so few turns)."""
+    log = EventLog(tmp_path_factory.mktemp("names"))
+    try:
+        fill(log, [(" ".join(words), session, user) for words, (session, user) in turns])
+        rows = log.rows("SELECT id, session_id, user_id, content FROM messages")
+        mine = [(mid, session) for mid, session, user, _ in rows if user == scope.user_id]
+        held = {session for _, session, user, text in rows
+                if user == scope.user_id and set(text.split()) & set(asked)}
+        expected = {mid for mid, session in mine if session in held}
+        found = names.naming(log.conn, scope, list(dict.fromkeys(asked)),
+                             [mid for mid, _ in mine])
+        assert found == expected
+    finally:
+        log.close()
