@@ -143,3 +143,17 @@ def test_naming_is_the_turns_whose_session_holds_a_name(
         assert found == expected
     finally:
         log.close()
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=200))
+def test_any_question_text_is_looked_up_without_an_error(log: EventLog, query: str) -> None:
+    """Whatever a caller asks (FTS5 syntax, quotes, surrogates, letters casefold changes):
+    an answer, and only turns that were asked about."""
+    if not log.rows("SELECT 1 FROM messages LIMIT 1"):
+        fill(log, [*TURNS, ('Ïsa: "quoted" NEAR(x y) * ^ straße', "s2", "u1")])
+    asked = [mid for (mid,) in log.rows("SELECT id FROM messages")]
+    found = names.naming(log.conn, Scope("s1", "user", "u1"), names.names(f"Ask {query}"),
+                         asked)
+    assert found <= set(asked)
