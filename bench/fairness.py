@@ -123,9 +123,11 @@ def flood(url: str, token: str, stop: Any, seed: int, sent: Any, batch: int,
 
 def measure(urls: tuple[str, str], b_token: str, flooder: str | None,
             args: argparse.Namespace, label: str, every: float | None = None
-            ) -> tuple[list[float], int]:
+            ) -> tuple[list[float], float]:
     """B on the second server, A on the first (the same server when only one runs); A's
-    processes each send a call ``every`` seconds, or as fast as they can (None)."""
+    processes each send a call ``every`` seconds, or as fast as they can (None). Returns
+    B's lags and the turns A got accepted a second while B ran: B's phase lasts longer than
+    ``--seconds`` when B's turns take longer than its interval (each waits to commit)."""
     spawn = multiprocessing.get_context("spawn")
     stop, sent, ready = spawn.Event(), spawn.Value("q", 0), spawn.Value("i", 0)
     floods = [spawn.Process(target=flood, args=(urls[0], flooder, stop, k, sent, args.batch,
@@ -145,12 +147,14 @@ def measure(urls: tuple[str, str], b_token: str, flooder: str | None,
         # to the server for this phase alone.
         print(f"phase {label!r}: B starts, for {args.seconds:g} s", file=sys.stderr,
               flush=True)
+        began = time.monotonic()
         lags = steady(urls[1], b_token, args.rate, args.seconds, label, args.flush_timeout)
+        rate = sent.value / (time.monotonic() - began)
     finally:
         stop.set()
         for process_ in floods:
             process_.join(60)
-    return lags, int(sent.value)
+    return lags, rate
 
 
 def main() -> None:
@@ -257,7 +261,7 @@ def in_bulk(url: str, token: str, count: int) -> float:
         return count / (time.monotonic() - started)
 
 
-def report(results: dict[str, tuple[list[float], int]], args: argparse.Namespace) -> None:
+def report(results: dict[str, tuple[list[float], float]], args: argparse.Namespace) -> None:
     print(f"key B: {args.rate:g} appends/s for {args.seconds:g} s, each until committed; "
           f"key A: {args.flooders} processes of {args.batch}-turn batches; "
           + ("one memq serve" if args.servers == 1 else "B and A on servers of their own"))
@@ -266,7 +270,7 @@ def report(results: dict[str, tuple[list[float], int]], args: argparse.Namespace
         p50, p99 = percentile(lags, 50) * 1000, percentile(lags, 99) * 1000
         gave_up = len(lags) < int(args.rate * args.seconds)
         print(f"  {label:<21} B p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  (x{p99 / alone:.2f}); "
-              f"A sent {flooded / args.seconds:,.0f} turns/s"
+              f"A sent {flooded:,.0f} turns/s"
               + (f"; B gave up after {len(lags)} turns, one not committed in "
                  f"{args.flush_timeout:g} s"
                  if gave_up else ""))
