@@ -137,12 +137,14 @@ def rare_terms(conn: apsw.Connection, words: list[str]) -> list[str]:
     return uncommon(conn, words, missing=words) or words
 
 
-def uncommon(conn: apsw.Connection, words: list[str], *, missing: list[str]) -> list[str]:
+def uncommon(conn: apsw.Connection, words: list[str], *, missing: list[str],
+             most: float = math.inf) -> list[str]:
     """Those of ``words`` that some indexed turns hold, but not more than
-    :data:`COMMON_SHARE` of them (and :data:`COMMON_FLOOR`); ``missing`` on a database
-    from before the index's vocabulary (migration 0035), which cannot tell."""
+    :data:`COMMON_SHARE` of them (and :data:`COMMON_FLOOR`), nor more than ``most``;
+    ``missing`` on a database from before the index's vocabulary (migration 0035), which
+    cannot tell."""
     indexed = cast("int | None", conn.execute(_INDEXED).fetchall()[0][0])
-    limit = max(COMMON_SHARE * (indexed or 0), COMMON_FLOOR)
+    limit = min(max(COMMON_SHARE * (indexed or 0), COMMON_FLOOR), most)
     tokenize = conn.fts5_tokenizer(*TOKENIZER)
     try:
         return [w for w in words if 0 < _documents(conn, tokenize, w) <= limit]

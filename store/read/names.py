@@ -9,8 +9,8 @@ counts as naming someone when its session does, and the others lose a share of t
 
 A name is a word written with a capital that grammar does not explain: not a sentence's
 first word, not "I", not a function word. Names the index finds in no turn, or in more
-than :data:`~store.read.lexical.COMMON_SHARE` of them (the user's own name, say), single
-out nothing and are not looked for.
+than :data:`~store.read.lexical.COMMON_SHARE` of them (the user's own name, say) or
+:data:`MOST_TURNS`, single out nothing and are not looked for.
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ from memq.store.read.scope import Scope
 
 MAX_NAMES = 8
 """A query's first this many names are looked for (a long query stays cheap)."""
+
+MOST_TURNS = 5000
+"""A name said in more turns than this is not looked for, whatever the history's size: the
+lookup reads every turn that says it, and a name that common singles out little (at
+1,000,000 turns the share alone would allow 20,000 a name, 160,000 for a question's
+eight)."""
 
 _SENTENCE = re.compile(r"[.!?;:\n]+")
 _WORD = re.compile(r"[^\W_]+")
@@ -56,7 +62,7 @@ def naming(conn: apsw.Connection, scope: Scope, words: list[str], ids: list[str]
     if not words or not ids:
         return set()
     try:
-        rare = lexical.uncommon(conn, words, missing=[])
+        rare = lexical.uncommon(conn, words, missing=[], most=MOST_TURNS)
         if not rare:
             return set()
         rows = conn.execute(_NAMING.format(scope=scope.condition("n")), {

@@ -114,6 +114,18 @@ def test_a_name_most_turns_hold_singles_out_no_one(
                         asked) == {mids[TURNS[0][0]], mids[TURNS[1][0]]}
 
 
+def test_a_name_said_in_more_turns_than_the_most_looked_up_is_not_looked_for(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill(log, TURNS)
+    mids = ids_of(log)
+    scope = Scope("s1", "user", "u1")
+    monkeypatch.setattr(names, "MOST_TURNS", 1)  # "caroline" is in 2 turns, "melanie" in 1
+    assert names.naming(log.conn, scope, ["caroline"], list(mids.values())) == set()
+    assert names.naming(log.conn, scope, ["caroline", "melanie"], list(mids.values())) == {
+        mids[TURNS[0][0]], mids[TURNS[1][0]]}
+
+
 WORDS = ["ada", "bo", "cy", "lake", "tea"]
 SESSIONS = [("s1", "u1"), ("s2", "u1"), ("s3", "u1"), ("s4", "u2")]
 
