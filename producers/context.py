@@ -53,7 +53,9 @@ class ContextItem:
     the position from the newest (1 = newest), ``importance`` the importance,
     ``semantic`` the cosine similarity; the ``recall`` profile's relevance branch adds
     ``lexical`` (BM25), ``semantic_z`` (standard deviations above the session's mean
-    cosine), ``neighbour`` (the share inherited from the turn before) and ``fused``.
+    cosine), ``neighbour`` (the share inherited from the turn before), ``fused``, and
+    ``name_penalty`` where the question names someone other sessions name and this turn's
+    does not (the share of its score it lost).
     ``similarity`` is the cosine to the query of any message with a vector of the
     current model (None without a query or a vector); ``lexical`` and ``fused`` repeat
     those scores (None where that evidence is absent), and ``neighbour_of`` names the

@@ -62,6 +62,8 @@ class Candidate:
     """The cross-encoder's score, when one re-scored the turn (see memq/reranker.py)."""
     feedback: bool = False
     """Whether its score is the feedback round's (rule 4), better than the first's."""
+    name_penalty: float | None = None
+    """The share of its score it lost to rule 6 (its session names no one asked about)."""
 
     @property
     def fused(self) -> float:
@@ -77,7 +79,8 @@ class Candidate:
         """Named scores for the item's explanation."""
         named = {"lexical": self.lexical, "semantic": self.similarity, "semantic_z": self.z,
                  "neighbour": self.inherited if self.neighbour_of else None,
-                 "fused": self.fused, "rerank": self.rerank}
+                 "fused": self.fused, "rerank": self.rerank,
+                 "name_penalty": self.name_penalty}
         return {name: value for name, value in named.items() if value is not None}
 
 
@@ -173,7 +176,8 @@ def named(ranked: Iterable[Candidate], naming: Collection[str], penalty: float
     if not naming or penalty <= 0:
         return list(ranked)
     keep = 1.0 - penalty
-    scaled = [c if c.id in naming else replace(c, own=c.own * keep) for c in ranked]
+    scaled = [c if c.id in naming else replace(c, own=c.own * keep, name_penalty=penalty)
+              for c in ranked]
     # A stable sort: scores a product made equal (a penalty of 1) keep the order they had.
     return sorted(scaled, key=lambda c: -c.fused)
 

@@ -209,8 +209,10 @@ def test_distinct_keeps_each_candidate_unless_a_kept_better_one_is_near(
 
 def test_candidates_of_sessions_that_name_no_one_asked_about_lose_a_share() -> None:
     ranked = [Candidate("a", own=0.9), Candidate("b", own=0.8), Candidate("c", own=0.5)]
-    assert [(c.id, c.own) for c in named(ranked, {"b"}, 0.3)] == [
+    after = named(ranked, {"b"}, 0.3)
+    assert [(c.id, c.own) for c in after] == [
         ("b", 0.8), ("a", pytest.approx(0.63)), ("c", pytest.approx(0.35))]
+    assert [c.scores().get("name_penalty") for c in after] == [None, 0.3, 0.3]
     assert named(ranked, set(), 0.3) == ranked  # no session names them: nothing to prefer
     assert named(ranked, {"b"}, 0.0) == ranked
 
@@ -498,8 +500,15 @@ def test_a_question_about_someone_is_answered_from_the_sessions_that_name_them(
     client.flush()
     send_embeddings(client, list(ids), embedder.embed([t for ts in texts.values() for t in ts]))
     items = client.get_context("asking", "What did Caroline paint?", scope="user")
-    relevant = [ids[item.id] for item in items if "recency" not in item.branches]
-    assert relevant == (["first"] if penalty else ["second"])
+    relevant = [item for item in items if "recency" not in item.branches]
+    assert [ids[item.id] for item in relevant] == (["first"] if penalty else ["second"])
+    assert "name_penalty" not in relevant[0].scores  # Caroline's session, or no rule
+    wide = recall_client(config, clients, embedder, recall_name_penalty=penalty)
+    items = wide.get_context("asking", "What did Caroline paint?", scope="user")
+    explained = {(ids[item.id], item.scores.get("name_penalty")) for item in items
+                 if "recency" not in item.branches}
+    assert explained == ({("first", None), ("second", 0.3)} if penalty
+                         else {("first", None), ("second", None)})
 
 
 @pytest.mark.redis
