@@ -7,9 +7,7 @@ event by event. A redelivered batch that also holds a bad event must apply nothi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -24,14 +22,6 @@ from memq.events import Event, EventType
 from memq.store.projections.macros import content_id
 from memq.toolcalls import args_pattern
 from tests.store.eventlog import EventLog, at, event
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
-
 
 LEARNED = content_id("read_file", args_pattern({"path": "a.py"}), "edit_file")
 """The id of the macro first_batch's two calls teach (its specific pattern)."""

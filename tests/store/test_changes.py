@@ -3,9 +3,6 @@ a forget left, and the horizon retention moves."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,13 +11,6 @@ from memq.events import EventType
 from memq.store.read import changes
 from tests.store.eventlog import EventLog, at, event
 from tests.store.test_retention import append, retention
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def test_a_page_is_the_log_after_a_position_with_whose_data_each_change_is(

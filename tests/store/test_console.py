@@ -3,11 +3,7 @@ a session's timeline, paged, each turn with its state and cut to size."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
-import pytest
 
 from memq.clock import uuid7
 from memq.config import DEFAULT_MODEL_NAME
@@ -15,13 +11,6 @@ from memq.events import Event, EventType
 from memq.store import vectors
 from memq.store.read import console
 from tests.store.eventlog import EventLog, at, event
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def turn(session: str, minute: int, user: str, agent: str | None = None,

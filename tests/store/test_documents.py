@@ -3,7 +3,6 @@ forgetting a user, and a rebuild that gives the same rows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,6 @@ from memq.store.connection import open_connection
 from memq.store.projections import documents, forgetting
 from memq.store.read.documents import documents_under, get_document, namespaces
 from tests.store.eventlog import EventLog, at, event
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    db = EventLog(tmp_path)
-    yield db
-    db.close()
 
 
 def put(key: str, value: dict[str, Any], *, minute: int = 0, ttl: float | None = None,

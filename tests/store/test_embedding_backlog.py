@@ -5,9 +5,7 @@ Driven through the writer's own batch code (tests/store/eventlog.py), without Re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,12 +22,6 @@ from tests.store.test_fts import appended, record
 MODEL = DEFAULT_MODEL_NAME
 UNIT = np.eye(384, dtype=np.float32)[0]
 
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def embed(log: EventLog, *ids: str, model: str = MODEL) -> None:

@@ -8,9 +8,6 @@ steps of one message so that every history below interleaves them with other eve
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -36,12 +33,6 @@ def one_message_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(erasure_steps, "STEP", 1)
     monkeypatch.setattr(erasure_steps, "EVENT_STEP", 2)
 
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def seen(log: EventLog, session: str) -> list[str]:

@@ -3,7 +3,6 @@ what was true then, the history shows both clocks, and forgetting a user takes t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,13 +13,6 @@ from memq.events import Event, EventType
 from memq.store import schema
 from memq.store.read.facts import fact_history, list_facts
 from tests.store.eventlog import EventLog, at, event
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def set_fact(value: str, minute: int, *, valid: int | None = None, source: str = "agent",

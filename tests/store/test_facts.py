@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import orjson
 import pytest
 
@@ -15,13 +12,6 @@ from memq.store.read import facts as fact_reads
 from memq.store.read.fact_search import relevant_facts, words
 from memq.store.read.facts import Fact, fact_history, list_facts
 from tests.store.eventlog import EventLog, at, event
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    db = EventLog(tmp_path)
-    yield db
-    db.close()
 
 
 def set_fact(category: str, key: str, value: str, source: str = "agent", *, minute: int = 0,

@@ -7,7 +7,6 @@ tests/producers/test_forget.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,6 @@ from tests.store.eventlog import EventLog, at, event
 
 MARK = "zqxmarker"
 
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def append(session: str, text: str, minute: int = 0, **owner: Any) -> tuple[str, Event]:

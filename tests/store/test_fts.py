@@ -5,7 +5,6 @@ Driven through the writer's own batch code (tests/store/eventlog.py), without Re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
@@ -24,13 +23,6 @@ from memq.store.read.scope import Scope
 from memq.store.write.log import append_event
 from tests.store.eventlog import EventLog, at, event
 from tests.store.test_legacy import make_seed
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def appended(content: str, session: str = "s1", message_id: str | None = None,

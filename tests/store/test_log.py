@@ -7,9 +7,6 @@ directly, and check that a redelivery takes the fast path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from memq.errors import InvalidEvent
@@ -20,12 +17,6 @@ from tests.store.eventlog import EventLog, at, event
 
 NOW = "2026-03-01T10:00:00.000000Z"
 
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def fact(value: str, key: str = "tz") -> Event:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -24,13 +22,6 @@ from memq.store.projections.macros import (
 )
 from memq.toolcalls import ANY_ARGS, args_pattern, confidence
 from tests.store.eventlog import EventLog, at, event
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    db = EventLog(tmp_path)
-    yield db
-    db.close()
 
 
 def call(session: str, tool: str, args: dict[str, Any], minute: int = 0):

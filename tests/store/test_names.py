@@ -5,9 +5,6 @@ Driven through the writer's own batch code (tests/store/eventlog.py), without Re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,13 +15,6 @@ from memq.store.read import names
 from memq.store.read.scope import Scope
 from tests.store.eventlog import EventLog
 from tests.store.test_fts import fill
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 @pytest.mark.parametrize(("query", "expected"), [

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,13 +11,6 @@ from memq.events import EventType
 from memq.store.read import messages
 from memq.store.read.scope import Scope
 from tests.store.eventlog import EventLog, at, event
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def turn(session: str, minute: int, user: str) -> tuple[str, Any]:

@@ -7,7 +7,6 @@ periodic pass runs in a real writer, with a real Redis and a client.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,6 @@ from memq.errors import ConfigError
 from memq.events import Event, EventType
 from memq.testing import WriterThread
 from tests.store.eventlog import EventLog, at, event
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def append(session: str, text: str, minute: int, **owner: Any) -> Event:

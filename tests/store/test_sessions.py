@@ -4,7 +4,6 @@ its owner is fixed by its first message, never moved; its counts and times.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ from memq.store.read import sessions
 from memq.store.read import sessions as session_reads
 from memq.store.read.sessions import Owner
 from tests.store.eventlog import EventLog, at, event
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[EventLog]:
-    opened = EventLog(tmp_path)
-    yield opened
-    opened.close()
 
 
 def appended(session: str, minute: int = 0, content: str = "a turn") -> Event:
