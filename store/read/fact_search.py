@@ -17,11 +17,11 @@ from typing import Any
 import apsw
 
 from memq.store.read.facts import FACT_COLUMNS, VISIBLE_TO, Fact, visible_to
+from memq.store.read.lexical import WORD
 
 MIN_PREFIX = 4
 """Shortest shared prefix that counts as a (half) match between two different words."""
 
-_WORD = re.compile(r"[^\W_]+")
 _STOPWORDS = frozenset(
     re.split(
         r"\s+",
@@ -78,7 +78,7 @@ def _scores(terms: set[str], texts: list[str]) -> dict[int, float]:
 
 def words(text: str) -> set[str]:
     """The distinct, case-folded content words of ``text``."""
-    found = {w.casefold() for w in _WORD.findall(text)}
+    found = {w.casefold() for w in WORD.findall(text)}
     return {w for w in found if w not in _STOPWORDS}
 
 

@@ -34,7 +34,8 @@ BM25_WEIGHTS = (1.0, 0.0, 0.0, 0.0)
 """Per column of ``messages_fts``: content counts, the session, user and agent tokens do
 not."""
 
-_WORD = re.compile(r"[^\W_]+")
+WORD = re.compile(r"[^\W_]+")
+"""A word: letters and digits, what the index's tokenizer keeps of a text (unicode61)."""
 STOPWORDS = frozenset(re.split(
     r"\s+",
     """a about above after again against all am an and any are as at be because been before
@@ -119,7 +120,7 @@ _TURNS = "SELECT max(rowid) FROM messages"
 def terms(query: str) -> list[str]:
     """The distinct, case-folded words of ``query`` to search, function words dropped."""
     words = list(dict.fromkeys(
-        w.casefold() for w in _WORD.findall(without_contractions(query))))
+        w.casefold() for w in WORD.findall(without_contractions(query))))
     content = [w for w in words if w not in STOPWORDS]
     return (content or words)[:MAX_TERMS]
 

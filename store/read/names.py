@@ -34,7 +34,6 @@ lookup reads every turn that says it, and a name that common singles out little 
 eight)."""
 
 _SENTENCE = re.compile(r"[.!?;:\n]+")
-_WORD = re.compile(r"[^\W_]+")
 
 _NAMING = f"""
     SELECT m.id FROM json_each(:ids) AS wanted
@@ -48,7 +47,7 @@ def names(query: str) -> list[str]:
     """The distinct, case-folded words ``query`` capitalises where grammar does not."""
     found: dict[str, None] = {}
     for sentence in _SENTENCE.split(lexical.without_contractions(query)):
-        for word in _WORD.findall(sentence)[1:]:
+        for word in lexical.WORD.findall(sentence)[1:]:
             folded = word.casefold()
             if word[0].isupper() and folded != "i" and folded not in lexical.STOPWORDS:
                 found.setdefault(folded)
