@@ -27,22 +27,26 @@ as it does (the leaders of the index's first block) and by an exact search.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import redis
 
 from bench import locomo, replicas
 from bench.common import memory_kib, percentiles_ms, private_redis, scratch_dir
+from bench.retrieval import setting
 from bench.text_vectors import TextVectors
 from memq import MemoryClient
 from memq.clock import to_rfc3339, uuid7
-from memq.config import Config, EmbedConfig
+from memq.config import Config, EmbedConfig, RetrievalConfig
 from memq.embedding import Embedder
+from memq.errors import ConfigError
 from memq.events import Event, EventType
 from memq.producers.ranking.profiles import LEXICAL_EVIDENCE
 from memq.store import vectors
@@ -283,14 +287,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--embed-up-to", type=int, default=110_000,
                         help="turns with their own vector; older copies reuse one")
     parser.add_argument("--model-dir", default="models/all-MiniLM-L6-v2")
+    parser.add_argument("--set", action="append", type=setting, default=[], dest="settings",
+                        metavar="KEY=VALUE", help="a [retrieval] setting for get_context, "
+                        "e.g. recall_name_penalty=0 (repeatable)")
     args = parser.parse_args(argv)
     originals, _ = locomo.read(args.data, [1, 2, 3, 4])
-    config = Config(embed=EmbedConfig(model_dir=args.model_dir))
+    changes: dict[str, Any] = dict(args.settings)
+    try:
+        retrieval = dataclasses.replace(RetrievalConfig(), **changes)
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    config = Config(embed=EmbedConfig(model_dir=args.model_dir), retrieval=retrieval)
     store = TextVectors(args.cache, Embedder(EmbedConfig(model_dir=args.model_dir, threads=2)))
     asked = questions(originals, store, args.calls)
     print(f"{len(asked)} questions of {locomo.category_counts(originals).total()} "
           f"(categories 1-4), asked at user scope from each conversation's last session; "
-          f"profile {config.retrieval.profile}; one BLAS thread")
+          f"profile {config.retrieval.profile}"
+          + "".join(f", {key} = {value:g}" for key, value in args.settings)
+          + "; one BLAS thread")
     with private_redis() as url, scratch_dir() as workdir:
         for n in (int(s) for s in args.sizes.split(",")):
             run_size(n, originals, store, asked, config.replace(redis_url=url),

@@ -199,8 +199,8 @@ class Run:
     def variants(self, settings: RetrievalConfig) -> dict[str, tuple[RetrievalConfig,
                                                                     Profile | None]]:
         """Name -> (settings, a profile object when it is not one of ``PROFILES``)."""
-        changes: dict[str, Any] = dict(self.settings)
-        settings = dataclasses.replace(settings, **changes)
+        common: dict[str, Any] = dict(self.settings)
+        settings = dataclasses.replace(settings, **common)
         found: dict[str, tuple[RetrievalConfig, Profile | None]] = {
             name: (settings, profile) for name, profile in BASELINES.items() if self.baselines}
         for name in self.profiles:

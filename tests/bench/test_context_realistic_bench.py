@@ -33,11 +33,20 @@ def test_the_realistic_bench_prints_latency_recall_baselines_and_memory(
         assert len(re.findall(rf"{line} +p50 +[\d.]+ ms +p95 +[\d.]+ ms", out)) == 2, line
     assert re.search(r"vector cache \d+ MiB \(\d+ MiB per 100,000 vectors\)", out)
     assert "contextual keys: whole (a search over them is exact)" in out  # small: not projected
+    assert "profile recall; one BLAS thread" in out
     monkeypatch.setattr(neighbourhoods, "PROJECT_FROM", 100)  # as a large history's
-    context_realistic.main(args)
+    context_realistic.main([*args, "--set", "recall_name_penalty=0"])
     out = capsys.readouterr().out
+    assert "profile recall, recall_name_penalty = 0; one BLAS thread" in out
     assert "embedded" not in out  # every vector came from the cache
     assert re.search(r"contextual keys: projected; a search returns [01]\.\d{4} of the "
                      r"exact best 50 \(lowest [01]\.\d\d\); its candidates by the first "
                      r"block's leaders p50 [\d.]+ ms, by an exact search of the projection "
                      r"p50 [\d.]+ ms", out)
+
+
+def test_a_setting_out_of_range_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"recall_name_penalty must be between 0\.0 and 1\.0"):
+        context_realistic.main(["--data", str(small_file(tmp_path)), "--cache",
+                                str(tmp_path / "cache"), "--set", "recall_name_penalty=2"])
+    assert not (tmp_path / "cache").exists()
