@@ -20,7 +20,7 @@ from typing import Any
 
 from memq.authority import Role
 from memq.errors import FeedExpired, ValidationError
-from memq.events import check_identifier
+from memq.events import check_count, check_identifier
 from memq.events.fields import INT64_LIMIT
 from memq.printable import shown
 from memq.producers.mixin import ClientBase
@@ -56,7 +56,7 @@ class ChangesOps(ClientBase):
         start, patterns = _position(after), _types(types)
         if user_id is not None:
             check_identifier("user_id", user_id)
-        bounded("limit", limit, 1, MAX_PAGE)
+        check_count("limit", limit, 1, MAX_PAGE)
         deadline = time.monotonic() + bounded("wait", wait, 0, MAX_WAIT_S)
         role = yield AskRole("reading the change feed")
         while True:

@@ -20,7 +20,7 @@ import numpy as np
 
 from memq.clock import now_rfc3339
 from memq.errors import ValidationError
-from memq.events import EventType, check_identifier
+from memq.events import EventType, check_count, check_identifier
 from memq.events.rules import namespace as problem_of
 from memq.events.vocabulary import MAX_TTL_MINUTES
 from memq.logs import log
@@ -178,12 +178,8 @@ def _labels(namespace: Any, *, allow_empty: bool = False) -> list[str]:
 
 
 def _check_page(limit: Any, offset: Any) -> None:
-    for what, value, low in (("limit", limit, 1), ("offset", offset, 0)):
-        if (not isinstance(value, int) or isinstance(value, bool)
-                or not low <= value <= MAX_DOCUMENTS_PAGE):
-            raise ValidationError(
-                f"{what} must be an integer from {low} to {MAX_DOCUMENTS_PAGE}, got "
-                f"{shown(value):.40}")
+    check_count("limit", limit, 1, MAX_DOCUMENTS_PAGE)
+    check_count("offset", offset, 0, MAX_DOCUMENTS_PAGE)
 
 
 def _check_filter(condition: Any) -> None:

@@ -19,8 +19,7 @@ import orjson
 from memq import names, tenants
 from memq.clock import normalize_rfc3339
 from memq.errors import FlushTimeout, NotFound, ValidationError
-from memq.events import EventType, check_identifier
-from memq.printable import shown
+from memq.events import EventType, check_count, check_identifier
 from memq.producers.mixin import ClientBase
 from memq.producers.ops import Fetch, Flush, Op, Read, Sleep
 from memq.store.read import erasures
@@ -46,10 +45,7 @@ class SessionsOps(ClientBase):
         for name, value in (("user_id", user_id), ("agent_id", agent_id)):
             if value is not None:
                 check_identifier(name, value)
-        if (not isinstance(limit, int) or isinstance(limit, bool)
-                or not 1 <= limit <= MAX_SESSIONS_PAGE):
-            raise ValidationError(
-                f"limit must be an integer from 1 to {MAX_SESSIONS_PAGE}, got {shown(limit)}")
+        check_count("limit", limit, 1, MAX_SESSIONS_PAGE)
         bound = None if before is None else normalize_rfc3339(before, what="before")
         if tenant is not None:
             tenants.check_name(tenant)

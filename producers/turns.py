@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from memq.clock import future_problem, normalize_rfc3339, now_rfc3339, uuid7
 from memq.errors import EventsRejected, ValidationError
-from memq.events import Event, EventType, check_identifier
+from memq.events import Event, EventType, check_count, check_identifier
 from memq.printable import shown
 from memq.producers.context import ContextOps
 from memq.producers.ops import AskPosition, Flush, Op, Read, Run, Send, SendMany
@@ -135,8 +135,7 @@ class TurnsOps(ContextOps):
     ) -> Op[list[Message]]:
         check_identifier("session_id", session_id,
                          max_chars=self.config.limits.max_session_id_chars)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 10_000:
-            raise ValidationError(f"limit must be an integer from 1 to 10000, got {shown(limit)}")
+        check_count("limit", limit, 1, 10_000)
         if before is not None and after is not None:
             raise ValidationError("give before or after, not both")
         if not isinstance(summaries, bool):

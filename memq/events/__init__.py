@@ -26,6 +26,7 @@ from memq.events.fields import (
     SHORT,
     Field,
     Schema,
+    check_count,
     check_identifier,
     check_proposed_fact,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "Field",
     "Schema",
     "Upcaster",
+    "check_count",
     "check_identifier",
     "check_payload",
     "check_proposed_fact",

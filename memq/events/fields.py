@@ -17,6 +17,7 @@ from memq import tenants
 from memq.clock import normalize_rfc3339, parse_rfc3339
 from memq.config import LimitsConfig
 from memq.errors import InvalidEvent, ValidationError
+from memq.printable import shown
 
 SHORT = 200
 """Length limit, in characters, of identifiers and names."""
@@ -75,6 +76,15 @@ def check_identifier(
         if SURROGATE.match(bad.group()):
             raise error(f"{what} contains a lone surrogate, which is not valid UTF-8")
         raise error(f"{what} contains a control character")
+    return value
+
+
+def check_count(what: str, value: Any, low: int, high: int) -> int:
+    """A count a caller sends (a page's size, an offset): a whole number, not a bool, from
+    ``low`` to ``high``; a float would reach SQLite's LIMIT as a type it refuses."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValidationError(f"{what} must be an integer from {low} to {high}, got "
+                              f"{shown(value):.60}")
     return value
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memq.clock import now_rfc3339
 from memq.config import LimitsConfig
@@ -132,6 +134,22 @@ def test_an_identifier_at_its_limit_passes_and_one_more_character_does_not() -> 
         check_identifier("name", "n" * 201)
     with pytest.raises(ValidationError, match="name is 6 characters, over the 5 limit"):
         check_identifier("name", "n" * 6, max_chars=5)
+
+
+@given(value=st.integers() | st.floats() | st.booleans() | st.text(max_size=5) | st.none()
+       | st.lists(st.integers(), max_size=2))
+def test_a_count_is_a_whole_number_in_its_range_or_a_validation_error(value: Any) -> None:
+    """A page's limit reaches SQLite's LIMIT, which refuses a float: 1.5 once came back as
+    a database fault (503) instead of the caller's mistake."""
+    from memq.errors import ValidationError
+    from memq.events import check_count
+
+    fits = type(value) is int and 1 <= value <= 1000
+    if fits:
+        assert check_count("limit", value, 1, 1000) == value
+    else:
+        with pytest.raises(ValidationError, match="limit must be an integer from 1 to 1000"):
+            check_count("limit", value, 1, 1000)
 
 
 @pytest.mark.parametrize(("payload", "problem"), [

@@ -81,7 +81,8 @@ def test_keys_events_are_the_persons_alone(config: Config, writer: object,
 
 @pytest.mark.parametrize("bad", [
     {"after": -1}, {"after": "3"}, {"after": True}, {"types": "fact.*"}, {"types": [""]},
-    {"limit": 0}, {"limit": 1001}, {"wait": 31}, {"wait": float("nan")},
+    {"limit": 0}, {"limit": 1001}, {"limit": 1.5}, {"limit": 200.0}, {"wait": 31},
+    {"wait": float("nan")},
     {"user_id": "a\x00b"}])
 def test_bad_arguments_are_refused_by_name(client: MemoryClient, bad: dict[str, object]
                                            ) -> None:

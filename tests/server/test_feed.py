@@ -129,6 +129,18 @@ def test_a_bad_request_is_answered_before_the_stream(
     assert (answer.status_code, answer.json()["title"]) == (status, title), answer.text
 
 
+@pytest.mark.parametrize("limit", [1.5, 200.9, 1.0000001, 100.0])
+def test_a_page_limit_that_is_not_whole_is_the_callers_mistake(
+        admin: RemoteMemoryClient, served: Served, limit: float) -> None:
+    """SQLite refuses a LIMIT of 1.5, and that once came back as a database fault (503)."""
+    key = admin.create_key("reader", users=["alice"], can=["read"])
+    admin.flush()
+    answer = httpx.post(f"{served.url}/v1/changes/page", json={"after": 0, "limit": limit},
+                        headers={"Authorization": f"Bearer {key.secret}"})
+    assert (answer.status_code, answer.json()["title"]) == (422, "ValidationError"), answer.text
+    assert "limit must be an integer from 1 to" in answer.json()["detail"]
+
+
 def test_no_token_no_feed_and_a_follower_behind_retention_gets_410(
         admin: RemoteMemoryClient, served: Served, config: Config) -> None:
     assert httpx.get(f"{served.url}/v1/changes").status_code == 401
