@@ -54,7 +54,11 @@ class Delegations:
         """A token for a subset of ``parent`` (a :class:`~memq.server.principals.Grant`):
         the token and when it expires (RFC 3339). ``PermissionDenied`` naming what
         exceeds the key's grant."""
-        rights = _ids("can", can) or frozenset(parent.rights & DELEGABLE)
+        rights = _ids("can", can)
+        if rights is None:
+            rights = frozenset(parent.rights & DELEGABLE)
+        elif not rights:  # not "the key's rights": asking for none is a mistake, not a grant
+            raise ValidationError("can: name at least one right for the token")
         wanted = Delegated(parent.key_id, _narrowed("users", users, parent.users),
                            _narrowed("agents", agents, parent.agents),
                            _subset("can", rights, parent.rights & DELEGABLE),

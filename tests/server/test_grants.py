@@ -341,6 +341,15 @@ def test_a_delegation_beyond_the_key_is_refused(admin: RemoteMemoryClient, serve
             backend.delegate(**asked)  # type: ignore[arg-type]
 
 
+def test_a_delegation_asking_for_no_right_is_refused_not_given_every_right(
+        admin: RemoteMemoryClient, served: Served) -> None:
+    """``can=[]`` once read as "not said" and minted a token with all the key's rights."""
+    with key_for(admin, served, users=["alice"], can=["read", "write", "delegate"]) as backend:
+        with pytest.raises(ValidationError, match="can: name at least one right"):
+            backend.delegate(can=[])
+        assert backend.delegate(can=["read"]).token.startswith("md_")
+
+
 def test_a_delegated_token_dies_with_its_key_and_a_forged_one_is_refused(
     admin: RemoteMemoryClient, served: Served
 ) -> None:
