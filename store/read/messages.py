@@ -9,7 +9,9 @@ from typing import Any
 import apsw
 import orjson
 
+from memq import tenants
 from memq.errors import NotFound
+from memq.printable import shown
 from memq.store.read.hidden import visible
 from memq.store.read.scope import Scope
 from memq.store.read.summaries import NOT_A_SUMMARY
@@ -111,7 +113,9 @@ def history(
     anchor_id = before if before is not None else after
     anchor = conn.execute(_ANCHOR, (anchor_id, session_id)).fetchone()
     if anchor is None:
-        raise NotFound(f"no message {anchor_id!r} in session {session_id!r}")
+        # The session as its caller named it: the stored form holds the tenant's name.
+        raise NotFound(f"no message {shown(anchor_id):.60} in session "
+                       f"{shown(tenants.split(session_id)[1]):.60}")
     sql = _HISTORY_BEFORE if before is not None else _HISTORY_AFTER
     rows = conn.execute(sql.format(turns=turns), (session_id, *anchor, limit)).fetchall()
     return [message_from_row(row) for row in (reversed(rows) if before is not None else rows)]

@@ -233,6 +233,15 @@ GLOBEX_CONTENT = ("globex plans", "globex has no user", "globex figs", "globex g
 the word "globex": a name it was drawn)."""
 
 
+def test_a_page_anchored_elsewhere_is_not_found_in_the_tenants_own_names(
+        acme: RemoteMemoryClient) -> None:
+    """The session's stored form holds the tenant's name: an error once showed it."""
+    other = acme.history("s2")[0].id
+    with pytest.raises(NotFound) as missing:
+        acme.history("s1", before=other)
+    assert str(missing.value) == f"no message {other!r} in session 's1'"
+
+
 def globex_rows(db_path: str) -> list[object]:
     """Everything of globex's in the database file, as a dump to compare."""
     conn = apsw.Connection(db_path, flags=apsw.SQLITE_OPEN_READONLY)
