@@ -49,6 +49,17 @@ def pending(conn: apsw.Connection) -> list[Migration]:
     return [m for m in todo if not m.last] + [m for m in todo if m.last]
 
 
+def require_memq(conn: apsw.Connection, db_path: str) -> None:
+    """StoreError naming what the file is when it holds no memq database: a reader would
+    otherwise meet an empty or another program's SQLite file as 'no such table'."""
+    if has_table(conn.cursor(), "events"):
+        return
+    if conn.execute("SELECT count(*) FROM sqlite_master").get:
+        raise StoreError(f"{db_path} is a SQLite database, but not memq's (no events table)")
+    raise StoreError(f"{db_path} holds no memq database yet: start the writer (or run "
+                     "`memq migrate`) first")
+
+
 def is_current(conn: apsw.Connection) -> bool:
     """Whether every migration this code knows is applied (read-only; newer ones may be too)."""
     return not pending(conn)

@@ -172,12 +172,21 @@ def print_json(value: object) -> None:
 
 
 def read_database(db_path: str, query: Callable[[apsw.Connection], T]) -> T:
-    """``query`` on a read-only connection to ``db_path``, closed afterwards."""
+    """``query`` on a read-only connection to ``db_path``, closed afterwards; a file that is
+    not memq's, or an error of SQLite's (a schema an upgrade has not migrated yet), is a
+    StoreError naming it."""
+    import apsw
+
+    from memq.errors import StoreError
+    from memq.store import schema
     from memq.store.connection import open_connection
 
     conn = open_connection(db_path, readonly=True)
     try:
+        schema.require_memq(conn, db_path)
         return query(conn)
+    except apsw.Error as exc:
+        raise StoreError(f"read from {db_path} failed: {exc}") from exc
     finally:
         conn.close()
 

@@ -17,6 +17,7 @@ from memq import tenants
 from memq.cli.common import (
     add_store_options,
     add_wait_option,
+    integer_in,
     load_config,
     person,
     print_json,
@@ -45,7 +46,8 @@ def register(sub: Any) -> None:
     audit = sub.add_parser("audit", help="what was sent through API keys: by key, by user")
     audit.add_argument("--key", metavar="ID", help="only this key's")
     audit.add_argument("--user", metavar="USER", help="only what reached this user")
-    audit.add_argument("--limit", type=int, default=100, help="newest N (default 100)")
+    audit.add_argument("--limit", type=integer_in("number of events", 1, 1_000_000),
+                       default=100, help="newest N (default 100)")
     audit.add_argument("--json", action="store_true", help="one JSON object")
     add_store_options(audit)
     audit.set_defaults(func=show_audit)
@@ -135,7 +137,7 @@ def show_audit(args: argparse.Namespace) -> int:
     from memq.store.read.audit import audit
 
     found = read_database(load_config(args).db_path, lambda conn: audit(
-        conn, key_id=args.key, user_id=args.user, limit=max(1, args.limit)))
+        conn, key_id=args.key, user_id=args.user, limit=args.limit))
     if args.json:
         print_json({"events": [dataclasses.asdict(entry) for entry in found]})
         return 0

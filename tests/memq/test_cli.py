@@ -6,6 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import apsw
 import orjson
 import pytest
 
@@ -138,6 +139,7 @@ NUMERIC_OPTIONS = [
     ["metrics", "--port", DIGITS],
     ["rejected", "replay", DIGITS],
     ["demo", "--timeout", DIGITS],
+    ["audit", "--limit", DIGITS],
 ]
 
 
@@ -152,6 +154,27 @@ def test_a_number_too_long_is_a_usage_error(argv: list[str],
     err = capsys.readouterr().err
     assert "error: argument" in err
     assert len(err) < 2000
+
+
+DATABASE_READS = [["sessions"], ["facts", "list"], ["facts", "history", "c", "k"],
+                  ["tasks", "list"], ["audit"], ["rejected", "list"],
+                  ["export", "--user", "alice"]]
+
+
+@pytest.mark.parametrize("argv", DATABASE_READS, ids=" ".join)
+def test_a_file_that_is_not_a_memq_database_is_named_not_a_traceback(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty file (a --db mistyped into a touch) and another program's SQLite database
+    once ended these commands in 'apsw.SQLError: no such table'."""
+    empty, foreign = tmp_path / "empty.db", tmp_path / "other.db"
+    empty.touch()
+    conn = apsw.Connection(str(foreign))
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+    for path, said in ((empty, "holds no memq database yet"),
+                       (foreign, "is a SQLite database, but not memq's")):
+        assert main([*argv, "--db", str(path)]) == 1
+        assert said in capsys.readouterr().err
 
 
 def test_a_number_too_long_in_the_config_is_reported(tmp_path: Path) -> None:
