@@ -48,7 +48,7 @@ class RemoteMemoryClient(Surface):
 
     def __init__(self, base_url: str, *, token: str,
                  timeout: float = calls.DEFAULT_TIMEOUT_S, verify: Any = True) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = calls.server_url(base_url)
         self.client_id = uuid.uuid4().hex
         self.timeout = timeout
         self.http = httpx.Client(base_url=self.base_url, verify=tls.verify(verify),

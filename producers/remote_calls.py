@@ -22,10 +22,11 @@ from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import httpx
 import orjson
 
 from memq.clock import normalize_rfc3339
-from memq.errors import MemqError, ValidationError
+from memq.errors import ConfigError, MemqError, ValidationError
 from memq.printable import shown
 from memq.problems import to_error
 from memq.producers.changes import ChangesPage
@@ -46,6 +47,16 @@ SENT_HEADER = "Memq-Sent"
 POSITION = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 DEFAULT_TIMEOUT_S = 30.0
 """How long a call waits for the server, beyond what the call itself waits (flush)."""
+
+
+def server_url(given: str) -> str:
+    """The server's address without a trailing slash; a ConfigError when httpx cannot read
+    it as one ("http://host:abc"), rather than httpx's own error from the first call."""
+    try:
+        httpx.URL(given)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"not a server address: {shown(given):.80} ({exc})") from None
+    return given.rstrip("/")
 
 
 def _nothing(body: Any) -> None:

@@ -22,6 +22,7 @@ from memq.embedding import Embedder
 from memq.errors import (
     AuthenticationFailed,
     Busy,
+    ConfigError,
     EventsRejected,
     FlushTimeout,
     NotFound,
@@ -480,3 +481,14 @@ def test_an_error_of_the_servers_own_parts_names_none_of_them(
     assert "cannot reach its broker" in body["detail"]
     for secret in ("redis://", "127.0.0.1", "memq-agent", "hunter2", str(tmp_path)):
         assert secret not in answer.text
+
+
+@pytest.mark.parametrize("url", ["http://x:abc", "http://[::1"])
+def test_an_address_httpx_cannot_read_is_a_config_error(url: str) -> None:
+    """It once came out of the first call as httpx's InvalidURL, and `memq export --server`
+    printed a traceback."""
+    from memq.producers.remote_async import AsyncRemoteMemoryClient
+
+    for client in (RemoteMemoryClient, AsyncRemoteMemoryClient):
+        with pytest.raises(ConfigError, match=r"not a server address: .*Invalid port"):
+            client(url, token="t")
