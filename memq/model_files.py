@@ -96,6 +96,10 @@ def ensure_model(model_dir: str | Path) -> Path:
     model_dir = Path(model_dir)
     if is_complete(model_dir):
         return model_dir
+    try:  # before the download: a directory that cannot be made is known at once
+        model_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(f"cannot make the model directory {model_dir}: {exc.strerror}") from exc
     with tempfile.TemporaryDirectory(prefix="memq-model-") as tmp:
         wheels = _download(Path(tmp))
         staging = Path(tmp) / "model"

@@ -53,6 +53,8 @@ def backup(db_path: str | os.PathLike[str], dest: str | os.PathLike[str],
         _link(aside, dest)
     except apsw.Error as exc:
         raise StoreError(f"backup of {db_path} to {dest} failed: {exc}") from exc
+    except OSError as exc:  # a directory that takes no new file (/proc, read-only, full)
+        raise StoreError(f"backup of {db_path} to {dest} failed: {exc.strerror}") from exc
     finally:
         source.close()
         _remove(aside)

@@ -33,3 +33,8 @@ def test_corrupt_file_fails_its_checksum(tmp_path: Path) -> None:
         fh.write(" ")
     with pytest.raises(ModelError, match=r"config\.json does not match its sha256"):
         verify(tmp_path)
+
+
+def test_a_model_directory_that_cannot_be_made_is_named_before_any_download() -> None:
+    with pytest.raises(ModelError, match="cannot make the model directory /proc/nope"):
+        ensure_model("/proc/nope")

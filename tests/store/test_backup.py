@@ -115,6 +115,14 @@ def test_check_copy_finds_damage(tmp_path: Path) -> None:
         copies.check_copy(copy)
 
 
+def test_a_backup_where_no_file_can_be_made_is_a_store_error(tmp_path: Path) -> None:
+    """/proc takes no new file: the backup once ended in a FileNotFoundError's traceback."""
+    db = tmp_path / "memq.db"
+    schema.migrate(apsw.Connection(str(db)))
+    with pytest.raises(StoreError, match=r"backup of .* to /proc/copy\.db failed"):
+        copies.backup(db, "/proc/copy.db")
+
+
 def test_a_backup_into_a_missing_directory_is_refused(tmp_path: Path) -> None:
     """A mistyped directory would otherwise be made, and the backup kept where nobody looks."""
     db = tmp_path / "memq.db"
