@@ -32,6 +32,13 @@ class WriterConfig:
     reconcile_interval_s: float = 60.0
     stale_after_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        # Redis reads a block of 0 ms as "wait forever": the writer would never stop.
+        _between("writer", "batch_size", self.batch_size, 1, 100_000)
+        _between("writer", "block_ms", self.block_ms, 1, 60_000)
+        _between("writer", "reconcile_interval_s", self.reconcile_interval_s, 0.01, 86_400.0)
+        _between("writer", "stale_after_s", self.stale_after_s, 0.0, 86_400.0)
+
 
 @dataclass(frozen=True)
 class LimitsConfig:
@@ -43,6 +50,13 @@ class LimitsConfig:
     a write 1 per event it sends (a batch of 100 turns, 100). A key may set its own."""
     key_concurrent: int = 16
     """Calls one API key may have running at once, on every server together."""
+
+    def __post_init__(self) -> None:
+        _at_least("limits", "max_content_bytes", self.max_content_bytes, 1)
+        _at_least("limits", "max_payload_bytes", self.max_payload_bytes, 1)
+        _between("limits", "max_session_id_chars", self.max_session_id_chars, 1, 10_000)
+        _between("limits", "key_units_per_s", self.key_units_per_s, 1, 10**9)
+        _between("limits", "key_concurrent", self.key_concurrent, 1, 100_000)
 
 
 @dataclass(frozen=True)
@@ -79,8 +93,9 @@ class MemoryConfig:
     max_sessions: int = 1000
 
     def __post_init__(self) -> None:
-        _at_least("memory", "working_memory_cap", self.working_memory_cap, 1)
-        _at_least("memory", "max_sessions", self.max_sessions, 1)
+        # Bounded above too: the cap reaches SQLite's LIMIT, which takes 64 bits at most.
+        _between("memory", "working_memory_cap", self.working_memory_cap, 1, 1_000_000)
+        _between("memory", "max_sessions", self.max_sessions, 1, 100_000_000)
 
 
 @dataclass(frozen=True)
@@ -276,6 +291,11 @@ class OpsConfig:
     """Host names the dashboard answers to, besides its address and the loopback names."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9464
+
+    def __post_init__(self) -> None:
+        # A port past 65535 is not refused by every socket layer: 70000 once became 4464.
+        _between("ops", "dashboard_port", self.dashboard_port, 0, 65_535)
+        _between("ops", "metrics_port", self.metrics_port, 0, 65_535)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memq import config
 from memq.errors import ConfigError
@@ -81,6 +83,30 @@ def test_bad_files_name_the_problem(tmp_path: Path, text: str, message: str) -> 
         config.load(path, env={})
     assert message in str(info.value)
     assert str(path) in str(info.value)  # the file actually read
+
+
+BOUNDED = [("writer", "batch_size", 1, 100_000), ("writer", "block_ms", 1, 60_000),
+           ("limits", "max_session_id_chars", 1, 10_000),
+           ("limits", "key_concurrent", 1, 100_000),
+           ("memory", "working_memory_cap", 1, 1_000_000),
+           ("ops", "dashboard_port", 0, 65_535), ("ops", "metrics_port", 0, 65_535)]
+"""Settings a file once could set to anything: a batch of -5 crashed the writer, a port
+of 70000 became 4464, a cap past 64 bits failed the first read."""
+
+
+@settings(max_examples=60, deadline=None)
+@given(setting=st.sampled_from(BOUNDED), value=st.integers(min_value=-(2**70),
+                                                           max_value=2**70))
+def test_a_bounded_setting_outside_its_range_is_refused_by_name(
+    tmp_path_factory: pytest.TempPathFactory, setting: tuple[str, str, int, int], value: int
+) -> None:
+    section, key, low, high = setting
+    path = write(tmp_path_factory.mktemp("cfg"), f"[{section}]\n{key} = {value}\n")
+    if low <= value <= high:
+        assert getattr(getattr(config.load(path, env={}), section), key) == value
+        return
+    with pytest.raises(ConfigError, match=rf"\[{section}\] {key} must be between {low}"):
+        config.load(path, env={})
 
 
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
