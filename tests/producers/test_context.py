@@ -286,8 +286,9 @@ def test_an_unknown_profile_is_refused_when_the_client_is_built(config: Config) 
     ("retrieval", {"semantic_threshold": math.nan}, "semantic_threshold must be between -1.0"),
     ("retrieval", {"query_cache_size": 0}, "query_cache_size must be at least 1"),
     ("retrieval", {"vector_cache_max_vectors": 0}, "vector_cache_max_vectors must be at least"),
-    ("memory", {"working_memory_cap": 0}, "[memory] working_memory_cap must be at least 1"),
-    ("memory", {"max_sessions": 0}, "[memory] max_sessions must be at least 1"),
+    ("memory", {"working_memory_cap": 0},
+     "[memory] working_memory_cap must be between 1 and 1000000"),
+    ("memory", {"max_sessions": 0}, "[memory] max_sessions must be between 1 and 100000000"),
 ])
 def test_bad_settings_are_refused(section: str, values: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ConfigError) as caught:
