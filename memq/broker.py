@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio
@@ -73,6 +74,17 @@ def client_for(
                    client_name=client_name, sentinel=config.redis)
 
 
+def check_database(url: str) -> str:
+    """``url``, once the database after its host is a number (or absent): redis-py reads
+    ``redis://host:6379/x`` as database 0, and memq would share another's keyspace."""
+    if url.startswith(("redis://", "rediss://")):
+        named = unquote(urlsplit(url).path).strip("/")
+        if named and not (named.isascii() and named.isdigit()):
+            raise ConfigError(f"invalid Redis URL {redact_url(url)}: the database after the "
+                              f"host must be a number, got {named!r:.40}")
+    return url
+
+
 def connect(
     url: str, *, timeout_s: float = 10.0, retries: int | None = None,
     client_name: str | None = None, sentinel: RedisConfig | None = None,
@@ -87,6 +99,7 @@ def connect(
     database and TLS, the sentinels the address; without ``retries``, a command then waits
     out a failover for up to about :data:`FAILOVER_WAIT_S` (see :data:`FAILOVER_RETRY`).
     """
+    check_database(url)
     options: dict[str, Any] = {
         "socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
         "health_check_interval": 30, "client_name": client_name,
@@ -107,7 +120,7 @@ def connect_async(
 ) -> redis.asyncio.Redis:
     """:func:`client_for` for asyncio (redis.asyncio): ``config.redis_url``, or the master
     the ``[redis] sentinels`` name; lazy, no I/O yet."""
-    url = config.redis_url
+    url = check_database(config.redis_url)
     options: dict[str, Any] = {
         "socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
         "health_check_interval": 30,

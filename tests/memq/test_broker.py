@@ -144,3 +144,21 @@ def test_too_few_replicas_is_tried_again_within_the_deadline() -> None:
     with pytest.raises(broker.NotReplicated) as caught:
         broker.retrying("redis://h:6379/0", "sending", refused, retry_for_s=0.2)
     assert caught.value is always
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379/x", "rediss://h:1/%31x",
+                                 "redis://h:1/0/1", "redis://h:1/\u00b2"])
+def test_a_database_that_is_not_a_number_is_refused_not_read_as_zero(url: str) -> None:
+    """redis-py skips a database it cannot read as an int: memq then used database 0,
+    perhaps another deployment's."""
+    config = Config(redis_url=url)
+    with pytest.raises(ConfigError, match="the database after the host must be a number"):
+        broker.client_for(config)
+    with pytest.raises(ConfigError, match="the database after the host must be a number"):
+        broker.connect_async(config)
+
+
+@pytest.mark.parametrize("url", ["redis://h:1", "redis://h:1/", "redis://h:1/15",
+                                 "unix:///run/redis.sock?db=2"])
+def test_a_database_by_number_or_none_is_accepted(url: str) -> None:
+    assert broker.client_for(Config(redis_url=url)) is not None
