@@ -43,11 +43,12 @@ import apsw
 import numpy as np
 import orjson
 
+from memq import tenants
 from memq.approvals import normalize_prefix
 from memq.clock import normalize_rfc3339, now_rfc3339, to_rfc3339
 from memq.config import DEFAULT_MODEL_NAME, LimitsConfig
 from memq.errors import MigrationError, ValidationError
-from memq.events import MAX_EMBEDDING_DIM, Event, EventType, checked_payload
+from memq.events import MAX_EMBEDDING_DIM, Event, EventType, check_identifier, checked_payload
 from memq.printable import shown
 from memq.store.effects import Effects
 from memq.store.projections import record_event
@@ -57,6 +58,9 @@ logger = logging.getLogger("memq.migrate")
 
 ImportProgress = Callable[[str, int, int], None]
 """Called with (legacy table, its rows imported so far, its rows in total)."""
+
+MAX_LEGACY_ID_CHARS = 10_000
+"""The longest seed id taken: the seed set no limit, and its ids only have to be sane."""
 
 import_progress: ContextVar[ImportProgress | None] = ContextVar("import_progress", default=None)
 """Set by ``memq migrate`` to draw a progress bar; migrations take only a cursor."""
@@ -256,14 +260,28 @@ def _message_event(row: dict[str, Any], now: str) -> Event:
     times = _times("messages", row, "created_at", "consolidated_at")
     payload = {**_message_payload(row), **times}
     return _event("messages", row, EventType.MESSAGE_IMPORTED, payload,
-                  created_at=times["created_at"] or now, session_id=str(row["session_id"]))
+                  created_at=times["created_at"] or now,
+                  session_id=identifier(row, "session_id"))
+
+
+def identifier(row: dict[str, Any], column: str) -> str:
+    """A seed's text id as memq takes one: text (a blob or a number is not made into
+    one), not blank, without a control character. The tenants' separator is one: the
+    seed had no tenants, and a file must not place its rows in one."""
+    value = row[column]
+    if not isinstance(value, str):
+        raise ValueError(f"its {column} is not text ({type(value).__name__})")
+    check_identifier(column, value, max_chars=MAX_LEGACY_ID_CHARS)
+    if tenants.SEPARATOR in value:
+        raise ValueError(f"{column} contains a control character")
+    return value
 
 
 def _message_payload(row: dict[str, Any]) -> dict[str, Any]:
     """The row's columns but its timestamps (:func:`_times` reads those)."""
     embedding = row.get("embedding")
     payload: dict[str, Any] = {
-        "message_id": str(row["id"]),
+        "message_id": identifier(row, "id"),
         "role": row["role"],
         "content": row["content"] if row["content"] is not None else "",
         "importance": 0.5 if row.get("importance") is None else float(row["importance"]),
@@ -371,7 +389,7 @@ def _task_event(row: dict[str, Any], now: str) -> Event:
     times = _times("scheduled_tasks", row, "next_run_at", "last_run_at", "created_at",
                    "updated_at")
     payload = {
-        "task_id": None if row["id"] is None else str(row["id"]), "name": row["name"],
+        "task_id": None if row["id"] is None else identifier(row, "id"), "name": row["name"],
         "schedule": row["original_schedule"], "cron_expr": row["cron_expr"],
         "prompt": row["prompt"], "source": row["source"], "tz": row.get("tz") or LEGACY_TZ,
         **{flag: _flag(row.get(f"is_{flag}")) for flag in ("oneshot", "paused", "trusted")},

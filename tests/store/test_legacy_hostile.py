@@ -116,6 +116,58 @@ def test_a_row_sharing_an_id_or_without_one_stops_the_upgrade(
     assert "events" not in objects(path, "table")
 
 
+def seed_with_ids(path: Path, message_id: object, session_id: object) -> None:
+    """One turn whose ids are whatever the file holds: without the seed's TEXT affinity,
+    SQLite keeps a blob or a number as it is."""
+    conn = apsw.Connection(str(path))
+    conn.execute(SEED_SCHEMA.replace("id TEXT PRIMARY KEY, session_id TEXT NOT NULL",
+                                     "id, session_id"))
+    conn.execute("INSERT INTO messages (id, session_id, role, content, created_at) "
+                 "VALUES (?, ?, 'user', 'hello', '2024-01-01T00:00:00Z')",
+                 (message_id, session_id))
+    conn.close()
+
+
+@pytest.mark.parametrize(("message_id", "session_id", "problem"), [
+    ("m1", "acme\x1fs9", "session_id contains a control character"),  # a tenant's stored form
+    ("m1", "\x1b[2Jx", "session_id contains a control character"),  # a terminal escape
+    ("m1", b"\xff\x00", r"its session_id is not text \(bytes\)"),
+    ("m1", 12.5, r"its session_id is not text \(float\)"),
+    (b"m3", "s1", r"its id is not text \(bytes\)"),
+    ("m1\x1f", "s1", "id contains a control character"),
+])
+def test_an_id_memq_would_not_take_from_a_caller_stops_the_upgrade(
+    tmp_path: Path, message_id: object, session_id: object, problem: str
+) -> None:
+    """A file once placed a session in tenant acme's names ('acme' + separator + 's9'),
+    and turned a blob or a number into an id of its own making."""
+    path = tmp_path / "seed.db"
+    seed_with_ids(path, message_id, session_id)
+    with pytest.raises(MigrationError, match=problem):
+        upgraded(path)
+    assert "events" not in objects(path, "table")
+
+
+@settings(max_examples=60, deadline=None)
+@given(session_id=st.text(max_size=40))
+def test_any_text_session_id_is_imported_as_it_is_or_refused_by_name(
+    tmp_path_factory: pytest.TempPathFactory, session_id: str
+) -> None:
+    path = tmp_path_factory.mktemp("seed") / "seed.db"
+    seed_with_ids(path, "m1", session_id)
+    controls = any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF
+                   for c in session_id)
+    if controls or not session_id.strip():
+        with pytest.raises(MigrationError, match="legacy message m1 cannot be imported"):
+            upgraded(path)
+        assert "events" not in objects(path, "table")
+        return
+    conn = upgraded(path)
+    stored = [r[0] for r in conn.execute("SELECT session_id FROM messages")]
+    conn.close()
+    assert stored == [session_id]
+
+
 def seed_with_embedding(path: Path, embedding: object) -> None:
     conn = apsw.Connection(str(path))
     conn.execute(SEED_SCHEMA)
