@@ -99,9 +99,11 @@ CONNECTION_COMMANDS = ("+ping", "+echo", "+select", "+hello", "+reset", "+quit",
 """What any client needs to connect, name itself and ask who it is. (Not CLIENT SETINFO,
 which Redis 7.0 does not know; redis-py carries on when it is refused.)"""
 
-AGENT_READ_COMMANDS = ("+@read", "-@keyspace", "-@dangerous", "+exists", "+type", "+ttl",
-                       "+pttl")
-"""Reading values of the keys it may read; no key listing (SCAN, KEYS, RANDOMKEY)."""
+AGENT_READ_COMMANDS = ("+@read", "-@keyspace", "-@dangerous", "-memory", "+exists", "+type",
+                       "+ttl", "+pttl")
+"""Reading values of the keys it may read; no key listing (SCAN, KEYS, RANDOMKEY). No
+MEMORY either: Redis lets MEMORY USAGE read a key the user may only write, and on the
+agents' queue it tells how much the other agents have queued."""
 
 AGENT_CONSUMER_COMMANDS = ("+xreadgroup", "+xack", "+xgroup|create", "+xgroup|createconsumer",
                            "+xpending", "+xclaim", "+xautoclaim", "+xinfo|stream",

@@ -36,6 +36,10 @@ RIGHTS: list[tuple[tuple[str, ...], bool, bool]] = [
     (("LINSERT", names.INBOX_QUEUES[names.INBOX_STREAM], "BEFORE", "a", "x"), False, False),
     (("LSET", names.INBOX_QUEUES[names.INBOX_STREAM], "0", "x"), False, False),
     (("LRANGE", names.INBOX_QUEUES[names.INBOX_STREAM], "0", "-1"), False, False),
+    # How much others have queued, and when: not an agent's to know.
+    (("MEMORY", "USAGE", names.INBOX_QUEUES[names.INBOX_STREAM]), False, False),
+    (("OBJECT", "IDLETIME", names.INBOX_QUEUES[names.INBOX_STREAM]), False, False),
+    (("DEBUG", "OBJECT", names.INBOX_QUEUES[names.INBOX_STREAM]), False, False),
     (("LPOP", names.INBOX_QUEUES[names.INBOX_STREAM]), False, False),
     (("DEL", names.INBOX_QUEUES[names.INBOX_STREAM]), False, False),
     (("GET", names.RELAYED_KEYS[names.INBOX_STREAM]), True, False),
