@@ -177,38 +177,29 @@ def test_up_serves_restarts_and_stops_cleanly(tmp_path: Path, ops_config: Path) 
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_up_round_trip_to_get_context(tmp_path: Path, ops_config: Path) -> None:
+def round_trip_to_get_context(stack: Stack, data: Path) -> None:
     """append -> embedded -> get_context through ``memq up``, with two embed workers."""
-    data = tmp_path / "data"
-    ops_config.write_text(ops_config.read_text() + "[embed]\nworkers = 2\n")
-    stack = Stack(data, ops_config)
-    try:
-        stack.wait_for(r"memq is up")
-        stack.wait_for(r"2 embed workers: \[embed\] workers sets it")
-        assert len(stack.pids("embed")) == len(stack.pids("embed-2")) == 1
-        agent_url = stack.url(Role.AGENT)  # and the workers run with the worker's
-        with MemoryClient(redis_url=agent_url, db_path=data / "memq.db") as client:
-            target = client.append("ctx", "user", "The billing service is deployed to "
-                                   "Kubernetes every Tuesday with a blue-green rollout.")
-            for i in range(12):
-                client.append("ctx", "user", f"unrelated small talk number {i}")
-            client.flush(30)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                with client.readers.connection() as conn:
-                    left = conn.execute("SELECT count(*) FROM messages WHERE session_id = "
-                                        "'ctx' AND embedding IS NULL").fetchone()[0]
-                if left == 0:
-                    break
-                time.sleep(0.2)
-            assert left == 0, "the embed worker did not embed the messages"
-            items = client.get_context("ctx", query="When is billing deployed to Kubernetes?")
-        found = {item.id: item for item in items}
-        assert "semantic" in found[target].branches
-    finally:
-        code = stack.stop() if stack.proc.poll() is None else stack.proc.returncode
-        stack.kill()
-    assert code == 0
+    stack.wait_for(r"2 embed workers: \[embed\] workers sets it")
+    assert len(stack.pids("embed")) == len(stack.pids("embed-2")) == 1
+    agent_url = stack.url(Role.AGENT)  # and the workers run with the worker's
+    with MemoryClient(redis_url=agent_url, db_path=data / "memq.db") as client:
+        target = client.append("ctx", "user", "The billing service is deployed to "
+                               "Kubernetes every Tuesday with a blue-green rollout.")
+        for i in range(12):
+            client.append("ctx", "user", f"unrelated small talk number {i}")
+        client.flush(30)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with client.readers.connection() as conn:
+                left = conn.execute("SELECT count(*) FROM messages WHERE session_id = "
+                                    "'ctx' AND embedding IS NULL").fetchone()[0]
+            if left == 0:
+                break
+            time.sleep(0.2)
+        assert left == 0, "the embed worker did not embed the messages"
+        items = client.get_context("ctx", query="When is billing deployed to Kubernetes?")
+    found = {item.id: item for item in items}
+    assert "semantic" in found[target].branches
 
 
 def test_missing_commands_are_skipped_with_a_warning() -> None:
@@ -250,9 +241,11 @@ def test_configured_embed_workers_win_and_get_names_of_their_own() -> None:
 
 
 @pytest.mark.slow
-def test_up_enforces_the_roles(tmp_path: Path, ops_config: Path) -> None:
-    """With ``memq up``'s Redis, an agent's credentials cannot do the person's or a worker's
-    work: neither through the client nor with raw Redis commands."""
+def test_up_answers_get_context_and_enforces_the_roles(tmp_path: Path,
+                                                       ops_config: Path) -> None:
+    """Through ``memq up`` with two embed workers, a turn is embedded and found; and with its
+    Redis, an agent's credentials cannot do the person's or a worker's work: neither through
+    the client nor with raw Redis commands. (One stack for both: each costs seconds of CPU.)"""
     import apsw
     import redis
     from rq import Queue
@@ -263,9 +256,11 @@ def test_up_enforces_the_roles(tmp_path: Path, ops_config: Path) -> None:
     from tests.producers.test_permissions import ADMIN_OPERATIONS, RAW_FORGERIES
 
     data = tmp_path / "data"
+    ops_config.write_text(ops_config.read_text() + "[embed]\nworkers = 2\n")
     stack = Stack(data, ops_config)
     try:
         stack.wait_for(r"memq is up")
+        round_trip_to_get_context(stack, data)
         db = data / "memq.db"
         with pytest.raises(redis.exceptions.AuthenticationError):
             redis.Redis(unix_socket_path=str(data / "redis.sock")).ping()  # default: off
