@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.redis, pytest.mark.slow]
 SEED = 20261130
 """The kill points and the load are drawn from this seed: a failure can be replayed."""
 
-KILLS = 12
+KILLS = 8
 
 
 def test_writer_killed_at_random_points_loses_and_duplicates_nothing(

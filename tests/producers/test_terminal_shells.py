@@ -86,7 +86,7 @@ def mutated(draw: st.DrawFn) -> str:
     return command
 
 
-EXAMPLES = int(os.environ.get("MEMQ_MATCHER_EXAMPLES", "1000"))
+EXAMPLES = int(os.environ.get("MEMQ_MATCHER_EXAMPLES", "400"))
 """How many generated commands a run tries (more for a longer search)."""
 
 
