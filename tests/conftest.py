@@ -15,6 +15,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # error. Tests that read JSON logs ask for them (tests/faults/procs.py).
 os.environ.setdefault("MEMQ_LOG_FORMAT", "text")
 
+import contextlib
+import io
 import subprocess
 import sys
 import tempfile
@@ -114,6 +116,21 @@ def write_directly(db_path: str, sql: str) -> None:
 
 def memq_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "memq", *args]
+
+
+def run_memq(*args: str) -> subprocess.CompletedProcess[str]:
+    """``memq ARGS`` run in this process, answered as a shell sees it: exit status, stdout
+    and stderr. A command in a process of its own costs a second of CPU (its imports, the
+    model), and the suite shares two cores: only what needs its own process gets one."""
+    from memq.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as stopped:  # argparse's usage errors
+            code = stopped.code if isinstance(stopped.code, int) else 1
+    return subprocess.CompletedProcess(["memq", *args], code, out.getvalue(), err.getvalue())
 
 
 def start_writer_process(config: Config) -> subprocess.Popen[bytes]:

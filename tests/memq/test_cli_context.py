@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import orjson
 import pytest
 
 from memq import MemoryClient
 from memq.config import Config
-from tests.conftest import ROOT, memq_command, store_args
+from tests.conftest import run_memq, store_args
 from tests.embedding_events import send_embeddings
 
 pytestmark = pytest.mark.redis
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(memq_command(*args), capture_output=True, text=True, cwd=ROOT,
-                          timeout=120, check=False)
 
 
 @pytest.mark.model
@@ -28,7 +21,7 @@ def test_json_carries_branches_and_scores(client: MemoryClient, config: Config) 
     ids = [client.append("s1", "user", text) for text in texts]
     client.flush()
     send_embeddings(client, ids[:1], Embedder(config.embed).embed(texts[:1]))
-    done = run("context", "s1", "--query", "Where does my sister Ana live?", "--json",
+    done = run_memq("context", "s1", "--query", "Where does my sister Ana live?", "--json",
                "--profile", "tri-hybrid", *store_args(config), "--model-dir",
                config.embed.model_dir)
     assert done.returncode == 0, done.stderr
@@ -42,7 +35,7 @@ def test_json_carries_branches_and_scores(client: MemoryClient, config: Config) 
     assert items[0]["similarity"] == items[0]["scores"]["semantic"]
     assert items[-1]["scores"] == {"recency": 1.0}
     assert all(item["semantic_partial"] for item in items)  # the fillers have no vector
-    text = run("context", "s1", "--query", "Where does my sister Ana live?",
+    text = run_memq("context", "s1", "--query", "Where does my sister Ana live?",
                "--profile", "tri-hybrid", *store_args(config), "--model-dir",
                config.embed.model_dir)
     assert "semantic search was partial: some turns have no vector yet" in text.stdout
@@ -52,7 +45,7 @@ def test_text_output_names_each_branch(client: MemoryClient, config: Config) -> 
     client.append("s1", "user", "remember this", importance=0.9)
     client.append("s1", "assistant", "noted")
     client.flush()
-    done = run("context", "s1", *store_args(config))
+    done = run_memq("context", "s1", *store_args(config))
     assert done.returncode == 0, done.stderr
     assert "[recency,importance] recency=2 importance=0.9" in done.stdout
     assert "remember this" in done.stdout
@@ -62,7 +55,7 @@ def test_text_output_names_each_branch(client: MemoryClient, config: Config) -> 
 def test_an_empty_session_says_so(client: MemoryClient, config: Config) -> None:
     client.append("s1", "user", "x")
     client.flush()
-    done = run("context", "nobody", *store_args(config))
+    done = run_memq("context", "nobody", *store_args(config))
     assert done.returncode == 0
     assert "no messages in session 'nobody'" in done.stdout
 
@@ -77,14 +70,14 @@ def test_bad_usage_and_bad_arguments(
 ) -> None:
     client.append("s1", "user", "x")
     client.flush()
-    done = run("context", *args, *store_args(config))
+    done = run_memq("context", *args, *store_args(config))
     assert done.returncode == code
     assert fragment in done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_a_missing_database_is_an_error(tmp_path: object) -> None:
-    done = run("context", "s1", "--db", "/nonexistent/memq.db")
+    done = run_memq("context", "s1", "--db", "/nonexistent/memq.db")
     assert done.returncode == 1
     assert "memq: error: database not found: /nonexistent/memq.db" in done.stderr
 
@@ -98,11 +91,11 @@ def test_text_output_shows_escape_sequences_instead_of_running_them(
 ) -> None:
     client.append("s1", "user", f"before {ESCAPES} after")
     client.flush()
-    done = run("context", "s1", *store_args(config))
+    done = run_memq("context", "s1", *store_args(config))
     assert done.returncode == 0, done.stderr
     assert not any(ch in done.stdout for ch in "\x1b\x07\x9b\u202e\r")
     assert r"before \x1b[2J\x1b]0;owned\x07\x9b31m\u202eevil after" in done.stdout  # \r: a space
-    as_json = run("context", "s1", "--json", *store_args(config))
+    as_json = run_memq("context", "s1", "--json", *store_args(config))
     [item] = orjson.loads(as_json.stdout)["items"]
     assert item["content"] == f"before {ESCAPES} after"  # --json keeps the text exact
 
@@ -118,7 +111,7 @@ def test_user_scope_shows_the_users_other_sessions_and_nobody_elses(
     ids = [client.append(s, "user", text, user_id=user) for s, user, text in turns]
     client.flush()
     send_embeddings(client, ids, Embedder(config.embed).embed([t for _, _, t in turns]))
-    done = run("context", "a2", "--query", "What is my dog called?", "--scope", "user",
+    done = run_memq("context", "a2", "--query", "What is my dog called?", "--scope", "user",
                "--profile", "recall", "--json", *store_args(config),
                "--model-dir", config.embed.model_dir)
     assert done.returncode == 0, done.stderr
@@ -126,10 +119,10 @@ def test_user_scope_shows_the_users_other_sessions_and_nobody_elses(
     assert shown["scope"] == "user"
     assert {item["session_id"] for item in shown["items"]} == {"a1", "a2"}
     assert "Max" not in done.stdout
-    text = run("context", "a2", "--query", "What is my dog called?", "--scope", "user",
+    text = run_memq("context", "a2", "--query", "What is my dog called?", "--scope", "user",
                "--profile", "recall", *store_args(config), "--model-dir",
                config.embed.model_dir)
     assert f"a1/{ids[0]}" in text.stdout  # each item names its session
-    bad = run("context", "a2", "--scope", "everyone", *store_args(config))
+    bad = run_memq("context", "a2", "--scope", "everyone", *store_args(config))
     assert bad.returncode == 2
     assert "invalid choice: 'everyone'" in bad.stderr

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import orjson
 import pytest
 
 from memq import MemoryClient
 from memq.config import Config
-from tests.conftest import ROOT, memq_command, store_args
+from tests.conftest import run_memq, store_args
 
 pytestmark = [pytest.mark.redis, pytest.mark.model]
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(memq_command(*args), capture_output=True, text=True, cwd=ROOT,
-                          timeout=120, check=False)
 
 
 def fill(client: MemoryClient) -> list[str]:
@@ -31,7 +24,7 @@ def fill(client: MemoryClient) -> list[str]:
 
 def test_recall_profile_items_explain_themselves(client: MemoryClient, config: Config) -> None:
     ids = fill(client)
-    done = run("context", "s1", "--query", "When is the ferry to Skye?", "--profile", "recall",
+    done = run_memq("context", "s1", "--query", "When is the ferry to Skye?", "--profile", "recall",
                "--json", *store_args(config), "--model-dir", config.embed.model_dir)
     assert done.returncode == 0, done.stderr
     items = {item["id"]: item for item in orjson.loads(done.stdout)["items"]}
@@ -39,7 +32,7 @@ def test_recall_profile_items_explain_themselves(client: MemoryClient, config: C
     assert items[ids[3]]["lexical"] == items[ids[3]]["scores"]["lexical"] > 0
     assert items[ids[3]]["fused"] == pytest.approx(0.5)
     assert items[ids[4]]["neighbour_of"] == ids[3]
-    text = run("context", "s1", "--query", "ferry", "--profile", "recall",
+    text = run_memq("context", "s1", "--query", "ferry", "--profile", "recall",
                *store_args(config), "--model-dir", config.embed.model_dir)
     assert f"after={ids[3]}" in text.stdout
     assert "[lexical] lexical=" in text.stdout
@@ -47,7 +40,7 @@ def test_recall_profile_items_explain_themselves(client: MemoryClient, config: C
 
 def test_an_unknown_profile_is_a_one_line_error(client: MemoryClient, config: Config) -> None:
     fill(client)
-    done = run("context", "s1", "--profile", "best", *store_args(config))
+    done = run_memq("context", "s1", "--profile", "best", *store_args(config))
     assert done.returncode == 2  # a usage error, like any other bad option
     assert "argument --profile: unknown profile 'best' (known: recall, tri-hybrid)" \
         in done.stderr
