@@ -1,5 +1,6 @@
-"""An embed worker and a consolidate worker SIGKILLed in the middle of a job: after a restart
-the work is done, and done exactly once in the projections.
+"""A consolidate worker SIGKILLed in the middle of a job: after a restart the work is done,
+and done exactly once in the projections. (An embed worker killed mid-job is
+tests/workers/test_embed.py's.)
 
 They use only the public surface (``memq worker``, ``memq consolidate --now``, the client,
 the documented columns), and skip themselves, saying why, while the embedding pipeline
@@ -8,7 +9,6 @@ the documented columns), and skip themselves, saying why, while the embedding pi
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -50,57 +50,6 @@ def kill_mid_job(config: Config, kind: str, queue: str, log: Path) -> None:
         killed = doomed.kill()
     assert killed, doomed.output()[-2000:]
     figures.add("worker_kills")
-
-
-def test_an_embed_worker_killed_mid_job_embeds_everything_once(
-    config: Config, tmp_path: Path
-) -> None:
-    config = config.replace(writer=dataclasses.replace(config.writer, reconcile_interval_s=0.2))
-    writer = WriterThread(config)
-    writer.start()
-    worker = None
-    try:
-        with MemoryClient(config=config) as client, client.batched():
-            ids = [client.append("s1", "user", f"turn {i}: the build failed on friday")
-                   for i in range(300)]
-        client.flush(60)
-        kill_mid_job(config, "embed", names.QUEUE_EMBED, tmp_path / "doomed.log")
-        worker = Proc(tmp_path / "worker.log", "worker", "embed", "--redis-url",
-                      config.redis_url)
-        wait_until(lambda: _unembedded(config) == 0, "every message to be embedded", 120)
-    finally:
-        if worker is not None:
-            worker.terminate()
-        writer.stop()
-    conn = db(config)
-    try:
-        rows = conn.execute(
-            "SELECT id, embedding_error, embedded_seq FROM messages ORDER BY seq").fetchall()
-        first = _first_embedding_event(conn)
-    finally:
-        conn.close()
-    assert [r[0] for r in rows] == ids
-    assert [r[1] for r in rows] == [None] * len(ids)
-    # Embedded once into the projection: a re-run job's second vector changed nothing.
-    assert {r[0]: r[2] for r in rows} == {mid: first[mid] for mid in ids}
-    assert rebuild.check(config.db_path) == []
-
-
-def _unembedded(config: Config) -> int:
-    conn = db(config)
-    try:
-        return int(conn.execute(
-            "SELECT count(*) FROM messages WHERE embedding IS NULL").fetchone()[0])
-    finally:
-        conn.close()
-
-
-def _first_embedding_event(conn: apsw.Connection) -> dict[str, int]:
-    first: dict[str, int] = {}
-    for seq, payload in conn.execute(
-            "SELECT seq, payload FROM events WHERE type = 'message.embedded' ORDER BY seq"):
-        first.setdefault(json.loads(payload)["message_id"], seq)
-    return first
 
 
 def test_a_consolidate_worker_killed_mid_job_consolidates_everything_once(

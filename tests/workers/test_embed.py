@@ -18,6 +18,7 @@ from pathlib import Path
 
 import apsw
 import numpy as np
+import orjson
 import pytest
 import redis
 from rq import Queue
@@ -30,6 +31,7 @@ from memq.embedding import Embedder
 from memq.errors import ModelError
 from memq.inbox import caught_up, committed_marks, inbox_marks
 from memq.jobs import queue
+from memq.store import rebuild
 from memq.store.dispatch import embed_jobs
 from memq.testing import WriterThread
 from memq.workers import context, embed
@@ -342,6 +344,18 @@ def test_a_worker_killed_mid_job_leaves_nothing_behind(
     finally:
         running.stop()
     assert_embedded(config, ids, fresh)
+    # Embedded once into the projection: the re-run job's second vector changed nothing.
+    conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        projected = dict(conn.execute("SELECT id, embedded_seq FROM messages").fetchall())
+        first: dict[str, int] = {}
+        for seq, payload in conn.execute("SELECT seq, payload FROM events WHERE type = "
+                                         "'message.embedded' ORDER BY seq"):
+            first.setdefault(orjson.loads(payload)["message_id"], seq)
+    finally:
+        conn.close()
+    assert projected == {mid: first[mid] for mid in ids}
+    assert rebuild.check(config.db_path) == []
 
 
 def _kill_mid_job(config: Config, broker: redis.Redis) -> str:
