@@ -18,7 +18,7 @@ from memq.clock import now_rfc3339, uuid7
 from memq.config import Config, WriterConfig
 from memq.errors import WriterAlreadyRunning, WriterFailed
 from memq.events import Event, EventType, encode
-from memq.store import lexical, rebuild
+from memq.store import lexical
 from memq.store.write.writer import Writer
 from memq.testing import WriterThread
 from tests.conftest import ROOT, memq_command, start_writer_process
@@ -318,31 +318,6 @@ def test_sigterm_finishes_and_exits_zero(config: Config) -> None:
         memory.flush(60)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
-
-
-@pytest.mark.slow
-def test_sigkill_during_load_loses_and_duplicates_nothing(config: Config) -> None:
-    total = 20_000
-    proc = start_writer_process(config)
-    with MemoryClient(config=config) as memory:
-        sent = 0
-        for round_ in range(5):
-            with memory.batched():
-                for _ in range(total // 5):
-                    memory.append(f"s{sent % 7}", "user", f"message {sent}")
-                    sent += 1
-            time.sleep(0.05 * round_)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-            proc = start_writer_process(config)
-        memory.flush(120)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
-    assert count(config, "SELECT count(*) FROM messages") == total
-    assert count(config, "SELECT count(DISTINCT content) FROM messages") == total
-    assert count(config, "SELECT count(*) FROM events") == total
-    assert rebuild.check(config.db_path) == []
-    assert db(config).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 def test_database_and_wal_are_private(client: MemoryClient, config: Config) -> None:
