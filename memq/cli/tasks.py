@@ -118,7 +118,7 @@ def parse(args: argparse.Namespace) -> int:
     from memq.schedule import parse_schedule
 
     text = " ".join(args.text)
-    tz = args.tz or load_config(args).scheduler.tz
+    tz = load_config(args).scheduler.tz if args.tz is None else args.tz
     now = now_utc()
     parsed = parse_schedule(text, now=now, tz=tz)
     zone = ZoneInfo(tz)

@@ -46,6 +46,7 @@ def test_parse_joins_words_and_shows_a_oneshot_once(capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(("args", "message"), [
     (["whenever"], "memq: error: cannot understand schedule 'whenever'; try e.g."),
     (["daily", "--tz", "Mars/Olympus"], "memq: error: unknown time zone 'Mars/Olympus'"),
+    (["daily", "--tz", ""], "memq: error: unknown time zone ''"),  # not the configured one
     (["every 0 minutes"], "memq: error: 'every 0 minutes': N must be 1-59 minutes"),
 ])
 def test_parse_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str],
