@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 from typing import Any
 
+from memq import authority
 from memq.cli.common import (
     add_store_options,
     add_wait_option,
@@ -21,6 +22,8 @@ from memq.cli.common import (
     read_database,
     wait_committed,
 )
+from memq.errors import NotFound
+from memq.events.vocabulary import EventType
 from memq.printable import printable
 
 
@@ -77,6 +80,13 @@ def set_fact(args: argparse.Namespace) -> int:
 
 def delete_fact(args: argparse.Namespace) -> int:
     with person(args) as client:
+        authority.check(client.role, EventType.FACT_DELETED, {"source": "user"})
+        current = {(f.key, f.user_id) for f in client.facts(args.category, user_id=args.user)}
+        if (args.key, args.user) not in current:
+            # Deleting nothing would be an event that changes nothing: "deleted" would say
+            # otherwise, and a mistyped key would go unnoticed.
+            raise NotFound(f"no fact {printable(_named(args), one_line=True)}: nothing to "
+                           "delete (memq facts list shows the facts)")
         client.delete_fact(args.category, args.key, source="user", user_id=args.user)
         wait_committed(client, args.wait)
     print(f"deleted {_named(args)}")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import apsw
 import orjson
 import pytest
 
@@ -96,6 +97,17 @@ def test_user_facts_from_the_command_line(
     assert orjson.loads(capsys.readouterr().out) == {"facts": []}
     assert run(config, "facts", "set", "--as-agent", "user", "city", "Rome", url=admin_url) == 0
     assert capsys.readouterr().out == "set user/city = 'Rome' [agent]\n"
+    # Deleting what is not there says so, and sends nothing: a mistyped key, another
+    # user's fact, one already deleted.
+    events = event_count(config)
+    for argv in (("user", "cty"), ("--user", "erin", "user", "city"),
+                 ("--user", "dana", "prefs", "tea")):
+        assert run(config, "facts", "delete", *argv, url=admin_url) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.startswith("memq: error: no fact "), captured.err
+        assert "nothing to delete" in captured.err
+    assert event_count(config) == events
     with MemoryClient(config=config) as client:
         assert [(f.value, f.source) for f in client.facts("user")] == [("Rome", "agent")]
 
@@ -149,3 +161,13 @@ def test_wait_must_be_a_duration(capsys: pytest.CaptureFixture[str]) -> None:
         main(["allow", "x", "--wait", "-1"])
     assert exited.value.code == 2
     assert "must be a positive number of seconds" in capsys.readouterr().err
+
+
+def event_count(config: Config) -> int:
+    with MemoryClient(config=config) as client:
+        client.flush()
+    conn = apsw.Connection(config.db_path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+    finally:
+        conn.close()
