@@ -29,6 +29,7 @@ INT64_LIMIT = 2**63
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 """Characters an identifier must not hold: C0 and C1 controls (terminal escapes start
 with ESC or CSI), and lone surrogates (not UTF-8)."""
+_SEPARATOR_CONTROLS = re.compile(r"[\x1c-\x1f]")
 SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
@@ -67,7 +68,7 @@ def check_identifier(
     if not isinstance(value, str):
         raise error(f"{what} must be a string, got {type(value).__name__}")
     tenant, name = tenants.split(value)
-    if not name.strip() and not (tenant != tenants.DEFAULT and name == ""):
+    if _blank(name) and not (tenant != tenants.DEFAULT and name == ""):
         raise error(f"{what} must not be empty")
     if len(name) > max_chars:
         raise error(f"{what} is {len(name)} characters, over the {max_chars} limit")
@@ -77,6 +78,13 @@ def check_identifier(
             raise error(f"{what} contains a lone surrogate, which is not valid UTF-8")
         raise error(f"{what} contains a control character")
     return value
+
+
+def _blank(name: str) -> bool:
+    """Nothing but spaces, tabs and line ends. (str.strip() also takes U+001C-U+001F for
+    whitespace: an id of the tenant separator alone was "empty" rather than holding a
+    control character.)"""
+    return not name.strip() and _SEPARATOR_CONTROLS.search(name) is None
 
 
 def check_count(what: str, value: Any, low: int, high: int) -> int:

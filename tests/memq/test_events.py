@@ -136,6 +136,34 @@ def test_an_identifier_at_its_limit_passes_and_one_more_character_does_not() -> 
         check_identifier("name", "n" * 6, max_chars=5)
 
 
+BLANKS = " \t\n\r\x0b\x0c\u00a0\u2003\u3000"
+"""What a person sees as nothing: spaces, tabs, line ends, wide spaces."""
+
+
+@given(blank=st.text(alphabet=BLANKS, max_size=6),
+       controls=st.lists(st.sampled_from("\x1c\x1d\x1e\x1f"), min_size=1, max_size=3),
+       at=st.integers(0, 6))
+def test_a_blank_id_with_a_separator_control_is_refused_for_the_control(
+        blank: str, controls: list[str], at: int) -> None:
+    """str.strip() takes U+001C-U+001F (the tenant separator among them) for whitespace:
+    such an id was refused as empty, which hid what was wrong with it."""
+    from memq.errors import ValidationError
+    from memq.events import check_identifier
+
+    value = blank[:at] + "".join(controls) + blank[at:]
+    with pytest.raises(ValidationError, match="session_id contains a control character"):
+        check_identifier("session_id", value)
+
+
+@given(blank=st.text(alphabet=BLANKS, max_size=6))
+def test_an_id_of_blanks_alone_is_empty(blank: str) -> None:
+    from memq.errors import ValidationError
+    from memq.events import check_identifier
+
+    with pytest.raises(ValidationError, match="session_id must not be empty"):
+        check_identifier("session_id", blank)
+
+
 @given(value=st.integers() | st.floats() | st.booleans() | st.text(max_size=5) | st.none()
        | st.lists(st.integers(), max_size=2))
 def test_a_count_is_a_whole_number_in_its_range_or_a_validation_error(value: Any) -> None:
