@@ -106,8 +106,11 @@ MEMORY either: Redis lets MEMORY USAGE read a key the user may only write, and o
 agents' queue it tells how much the other agents have queued."""
 
 AGENT_CONSUMER_COMMANDS = ("+xreadgroup", "+xack", "+xgroup|create", "+xgroup|createconsumer",
-                           "+xpending", "+xclaim", "+xautoclaim", "+xinfo|stream",
-                           "+xinfo|groups", "+xinfo|consumers")
+                           "+xpending", "+xautoclaim", "+xinfo|stream", "+xinfo|groups",
+                           "+xinfo|consumers")
+"""Consuming task deliveries with a consumer group; an idle delivery is claimed with
+XAUTOCLAIM. Not XCLAIM: its LASTID option moves any group's position, into the future
+too, and the group then receives nothing more (an ACL rule cannot refuse one option)."""
 
 WORKER_COMMANDS = ("+@all", "-@dangerous", "-@admin", "-@scripting", "+eval", "+evalsha",
                    "+script|load", "+script|exists", "+info", *CONNECTION_COMMANDS)

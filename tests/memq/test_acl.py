@@ -57,6 +57,12 @@ RIGHTS: list[tuple[tuple[str, ...], bool, bool]] = [
     (("XRANGE", names.AGENT_INBOX_STREAM, "-", "+"), True, False),
     (("XREADGROUP", "GROUP", "g", "c", "STREAMS", names.AGENT_INBOX_STREAM, ">"), True, False),
     (("XACK", names.AGENT_INBOX_STREAM, "g", "1-0"), True, False),
+    (("XAUTOCLAIM", names.AGENT_INBOX_STREAM, "g", "c", "60000", "0-0"), True, False),
+    # LASTID would move another agent's group past every future delivery.
+    (("XCLAIM", names.AGENT_INBOX_STREAM, "g", "c", "0", "0-0", "LASTID", "99999999999999-0"),
+     False, False),
+    (("XGROUP", "SETID", names.AGENT_INBOX_STREAM, "g", "99999999999999-0"), False, False),
+    (("XSETID", names.AGENT_INBOX_STREAM, "99999999999999-0"), False, False),
     (("XGROUP", "DESTROY", names.AGENT_INBOX_STREAM, "g"), False, False),
     (("DEL", names.AGENT_INBOX_STREAM), False, False),
     (("XTRIM", names.AGENT_INBOX_STREAM, "MAXLEN", "0"), False, False),
