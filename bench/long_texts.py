@@ -137,10 +137,15 @@ def lexical_ranks(texts: list[str], found: list[Query]) -> list[int]:
 def report(name: str, ranks: list[int], found: list[Query]) -> str:
     r = np.array(ranks)
     thirds = np.array([q.third for q in found])
-    parts = [f"{np.mean(r[thirds == t] <= 5):.2f} / {np.mean(r[thirds == t] <= 10):.2f}"
-             for t in range(3)]
-    return (f"| {name} | {np.mean(r <= 5):.2f} / {np.mean(r <= 10):.2f} | "
-            + " | ".join(parts) + " |")
+    parts = [hits(r[thirds == t]) for t in range(3)]
+    return f"| {name} | {hits(r)} | " + " | ".join(parts) + " |"
+
+
+def hits(ranks: np.ndarray) -> str:
+    """Top 5 / top 10 hit rates; "-" where no query fell (a few queries miss a third)."""
+    if not len(ranks):
+        return "- / -"
+    return f"{np.mean(ranks <= 5):.2f} / {np.mean(ranks <= 10):.2f}"
 
 
 def main() -> None:
