@@ -27,6 +27,7 @@ from typing import Any
 
 from memq import tenants
 from memq.errors import NotFound, ValidationError
+from memq.events import check_characters
 from memq.printable import shown
 from memq.producers.changes import ChangesPage
 from memq.producers.client import MemoryClient
@@ -55,18 +56,20 @@ OWN_TENANT = frozenset({"sessions", "allowed_prefixes", "is_command_allowed"})
 
 
 def refuse_stored_ids(op: Operation, given: Mapping[str, Any]) -> None:
-    """ValidationError if an id or name the caller sends holds the tenant separator, or
-    one mapped into the tenant is blank (inside a tenant, the empty name is its
-    pseudo-user's, :func:`memq.tenants.everyone`) or not a string at all (it is compared
-    with the key's grant before the call's own checks read it)."""
+    """ValidationError if an id or name the caller sends holds a control character (the
+    tenant separator among them) or a lone surrogate, which the grant's lookup of the
+    session's owner could not send to SQLite; or one mapped into the tenant is blank
+    (inside a tenant, the empty name is its pseudo-user's, :func:`memq.tenants.everyone`)
+    or not a string at all (it is compared with the key's grant before the call's own
+    checks read it)."""
     own = OWN_NAMES.get(op.name)
     for call in _calls(op, given):
         for name in (*MAPPED, *UNMAPPED_IDS, *((own,) if own else ())):
             value = call.get(name)
             if name in MAPPED and value is not None and not isinstance(value, str):
                 raise ValidationError(f"{name} must be a string, got {type(value).__name__}")
-            if isinstance(value, str) and tenants.SEPARATOR in value:
-                raise ValidationError(f"{name} contains a control character")
+            if isinstance(value, str):  # the separator too: a control character
+                check_characters(name, value)
             if isinstance(value, str) and not value.strip() and name not in UNMAPPED_IDS:
                 raise ValidationError(f"{name} must not be empty")
 

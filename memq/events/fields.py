@@ -72,12 +72,20 @@ def check_identifier(
         raise error(f"{what} must not be empty")
     if len(name) > max_chars:
         raise error(f"{what} is {len(name)} characters, over the {max_chars} limit")
-    bad = _CONTROL.search(name)
+    check_characters(what, name, error=error)
+    return value
+
+
+def check_characters(what: str, text: str, *,
+                     error: type[ValidationError] = ValidationError) -> None:
+    """``error`` if ``text`` holds a control character or a lone surrogate: what no id or
+    name may hold, checked before anything reads the database with it (SQLite cannot
+    take a lone surrogate, which is not UTF-8)."""
+    bad = _CONTROL.search(text)
     if bad is not None:
         if SURROGATE.match(bad.group()):
             raise error(f"{what} contains a lone surrogate, which is not valid UTF-8")
         raise error(f"{what} contains a control character")
-    return value
 
 
 def _blank(name: str) -> bool:
