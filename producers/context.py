@@ -29,7 +29,7 @@ import numpy as np
 from memq import tenants
 from memq.embedding import Embedder
 from memq.errors import StoreError, ValidationError
-from memq.events import check_identifier
+from memq.events import check_identifier, check_query
 from memq.printable import shown
 from memq.producers.mixin import ClientBase
 from memq.producers.ops import Op, Run
@@ -149,7 +149,7 @@ class ContextOps(ClientBase):
     ) -> Op[list[ContextItem]]:
         check_identifier("session_id", session_id,
                          max_chars=self.config.limits.max_session_id_chars)
-        query = self._check_query(query)
+        query = check_query(query, self.config.limits.max_content_bytes)
         _check_scope(scope)
         # One piece of blocking work: its reads go through working memory and the vector
         # cache, and the query's embedding is CPU-bound. The commit position matters only
@@ -240,24 +240,6 @@ class ContextOps(ClientBase):
             importance=payload["importance"], tool_call_id=payload.get("tool_call_id"),
             tool_name=payload.get("tool_name"), tool_calls=payload.get("tool_calls"),
         ), ticket)
-
-    def _check_query(self, query: Any) -> str | None:
-        if query is None:
-            return None
-        if not isinstance(query, str):
-            raise ValidationError(f"query must be a string or None, got {type(query).__name__}")
-        if not query.strip():
-            raise ValidationError("query must not be blank; pass None to skip the semantic branch")
-        try:
-            size = len(query.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise ValidationError(
-                "query contains a lone surrogate, which is not valid UTF-8") from None
-        if size > self.config.limits.max_content_bytes:
-            limit = self.config.limits.max_content_bytes
-            raise ValidationError(f"query is {size} bytes, over the {limit} byte limit")
-        return query
-
 
 def _check_scope(kind: Any) -> None:
     if not isinstance(kind, str) or kind not in KINDS:

@@ -20,7 +20,7 @@ import numpy as np
 
 from memq.clock import now_rfc3339
 from memq.errors import ValidationError
-from memq.events import EventType, check_count, check_identifier
+from memq.events import EventType, check_count, check_identifier, check_query
 from memq.events.rules import namespace as problem_of
 from memq.events.vocabulary import MAX_TTL_MINUTES
 from memq.logs import log
@@ -100,8 +100,7 @@ class DocumentsOps(ClientBase):
         filter: dict[str, Any] | None, limit: int, offset: int, user_id: str | None,
     ) -> Op[list[FoundDocument]]:
         _check_page(limit, offset)
-        if query is not None and not isinstance(query, str):
-            raise ValidationError(f"query must be a string or None, got {type(query).__name__}")
+        query = check_query(query, self.config.limits.max_content_bytes)
         if filter is not None:
             _check_filter(filter)
         labels = tuple(_labels(prefix, allow_empty=True))

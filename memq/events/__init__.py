@@ -30,6 +30,7 @@ from memq.events.fields import (
     check_count,
     check_identifier,
     check_proposed_fact,
+    check_query,
 )
 from memq.events.rules import MAX_SUMMARY_SOURCES, TASK_ID
 from memq.events.vocabulary import (
@@ -69,6 +70,7 @@ __all__ = [
     "check_identifier",
     "check_payload",
     "check_proposed_fact",
+    "check_query",
     "checked_payload",
     "decode",
     "encode",

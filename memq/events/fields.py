@@ -95,6 +95,26 @@ def _blank(name: str) -> bool:
     return not name.strip() and _SEPARATOR_CONTROLS.search(name) is None
 
 
+def check_query(query: Any, max_bytes: int) -> str | None:
+    """``query`` if a search may embed and match it (None: no query); ValidationError
+    naming what is wrong otherwise. A lone surrogate is refused here: the tokenizer, and
+    SQLite, cannot take it."""
+    if query is None:
+        return None
+    if not isinstance(query, str):
+        raise ValidationError(f"query must be a string or None, got {type(query).__name__}")
+    if not query.strip():
+        raise ValidationError("query must not be blank; pass None to skip the semantic branch")
+    try:
+        size = len(query.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(
+            "query contains a lone surrogate, which is not valid UTF-8") from None
+    if size > max_bytes:
+        raise ValidationError(f"query is {size} bytes, over the {max_bytes} byte limit")
+    return query
+
+
 def check_count(what: str, value: Any, low: int, high: int) -> int:
     """A count a caller sends (a page's size, an offset): a whole number, not a bool, from
     ``low`` to ``high``; a float would reach SQLite's LIMIT as a type it refuses."""

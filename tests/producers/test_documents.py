@@ -49,6 +49,12 @@ def test_any_namespace_is_stored_as_given_or_refused_with_its_reason(
     (lambda c: c.search_documents(("n",), limit=0), "limit"),
     (lambda c: c.search_documents(("n",), offset=-1), "offset"),
     (lambda c: c.search_documents(("n",), filter={"x": {"$regex": "a"}}), "operator"),
+    # The query reaches the tokenizer, which a lone surrogate once made a 500 over HTTP.
+    (lambda c: c.search_documents(("n",), query="flight \ud800"), "query contains a lone "
+     "surrogate"),
+    (lambda c: c.search_documents(("n",), query=" \n"), "query must not be blank"),
+    (lambda c: c.search_documents(("n",), query=5), "query must be a string or None"),
+    (lambda c: c.search_documents(("n",), query="q" * 65537), "query is 65537 bytes"),
 ])
 def test_bad_calls_are_refused_with_the_problem_named(client: MemoryClient, call: Any,
                                                       reason: str) -> None:
