@@ -12,6 +12,7 @@ same code.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -213,12 +214,18 @@ def checked_payload(etype: str, payload: dict[str, Any], limits: LimitsConfig) -
 
 def _check_depth(etype: str, payload: Mapping[str, Any]) -> None:
     """:data:`MAX_DEPTH`, walked without recursion (the value may be deeper than Python's
-    stack allows, from a parser that allows more)."""
+    stack allows, from a parser that allows more); and no NaN or infinity inside a value
+    (a document's, a tool call's arguments): JSON has no such number, and the encoder
+    would write null, so what a reader returned would not be what was stored. (The
+    payload's own fields are checked by their schema.)"""
     level: list[Any] = [payload]
     for depth in range(1, MAX_DEPTH + 2):
         inner: list[Any] = []
         for value in level:
             inner += value.values() if isinstance(value, dict) else value
+        if depth > 1 and any(isinstance(v, float) and not math.isfinite(v) for v in inner):
+            raise InvalidEvent(f"{etype}: payload holds a number that is not finite (NaN or "
+                               "infinity), which JSON cannot carry")
         level = [v for v in inner if isinstance(v, (dict, list))]
         if not level:
             return

@@ -46,6 +46,10 @@ def test_any_namespace_is_stored_as_given_or_refused_with_its_reason(
     (lambda c: c.put_document("n", "k", {}), "namespace must be a tuple"),
     (lambda c: c.put_document(("a.b",), "k", {}), "label with a '.'"),
     (lambda c: c.put_document(("n",), "k", {}, user_id=" "), "user_id"),
+    # JSON has no NaN: the encoder wrote null, and a reader returned what was not stored.
+    (lambda c: c.put_document(("n",), "k", {"x": float("nan")}), "not finite"),
+    (lambda c: c.put_document(("n",), "k", {"x": [1, {"y": float("-inf")}]}), "not finite"),
+    (lambda c: c.record_tool_call("s1", "t", {"n": float("inf")}), "not finite"),
     (lambda c: c.search_documents(("n",), limit=0), "limit"),
     (lambda c: c.search_documents(("n",), offset=-1), "offset"),
     (lambda c: c.search_documents(("n",), filter={"x": {"$regex": "a"}}), "operator"),
