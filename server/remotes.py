@@ -27,7 +27,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from fastapi import Depends, Header, Request
@@ -45,8 +45,11 @@ from memq.server.principals import Grant, Principal, Principals
 
 MAX_REMOTES = 10_000
 MAX_WAITS = 8
-"""Waits (flushes) one token's callers may hold at once: a wait can last minutes and holds a
-server thread (about 40 in all), so beyond this a caller gets ``Busy`` (503) at once."""
+"""Waits (flushes) one shared token's callers may hold at once: a wait can last minutes and
+holds a server thread (about 40 in all), so beyond this a caller gets ``Busy`` (503) at
+once. An API key's callers have half as many places (its delegated tokens share them), and
+all keys together twice as many: one key holding every place of its own leaves the other
+keys', and the shared tokens' places are never a key's."""
 MAX_QUEUED = 2
 """Waits one caller may have at once, the one running and one queued behind it: its
 waits run one at a time, so more would hold server threads for nothing."""
@@ -66,7 +69,8 @@ class Remote:
 
     client: MemoryClient
     waiter: MemoryClient
-    waits: threading.BoundedSemaphore
+    waits: tuple[threading.BoundedSemaphore, ...]
+    """Its token's places among the server's waits: the token's own, and all keys' too."""
     grant: Grant | None = None
     """What the caller's key reaches (None: a shared token, its role's every right)."""
     budgets: Budgets | None = None
@@ -113,13 +117,13 @@ class Remote:
 
     @contextmanager
     def _place(self) -> Iterator[None]:
-        if not self.waits.acquire(blocking=False):
-            raise Busy("this server already waits on as many flushes for this token as it "
-                       "allows; retry in a moment")
-        try:
+        with ExitStack() as held:
+            for places in self.waits:
+                if not places.acquire(blocking=False):
+                    raise Busy("this server already waits on as many flushes for this token "
+                               "as it allows; retry in a moment")
+                held.callback(places.release)
             yield
-        finally:
-            self.waits.release()
 
     def _expect(self, sent: str | None) -> None:
         outbox = self.waiter.outbox
@@ -159,6 +163,9 @@ class Remotes:
         self.cap = cap
         # Per role, so agents holding every place never keep the admin from flushing.
         self.waits = {role: threading.BoundedSemaphore(max_waits) for role in bases}
+        self.keys_waits = threading.BoundedSemaphore(2 * max_waits)
+        self.key_waits = max(1, max_waits // 2)
+        self._places: OrderedDict[str, threading.BoundedSemaphore] = OrderedDict()
         self._remotes: OrderedDict[tuple[str, str], Remote] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -184,8 +191,7 @@ class Remotes:
                 if principal.grant is not None:  # the writer checks and records the key
                     client.outbox.acting_for = principal.grant.mark
                     waiter.outbox.acting_for = principal.grant.mark
-                remote = self._remotes[key] = Remote(client, waiter,
-                                                     self.waits[principal.role],
+                remote = self._remotes[key] = Remote(client, waiter, self._waits(principal),
                                                      grant=principal.grant,
                                                      budgets=self.budgets)
                 while len(self._remotes) > self.cap:
@@ -193,6 +199,20 @@ class Remotes:
             else:
                 self._remotes.move_to_end(key)
             return remote
+
+    def _waits(self, principal: Principal) -> tuple[threading.BoundedSemaphore, ...]:
+        """A shared token's places, or a key's own (its delegated tokens' too) and all
+        keys'. (Under ``_lock``.)"""
+        if principal.grant is None:
+            return (self.waits[principal.role],)
+        key_id = principal.grant.key_id
+        places = self._places.get(key_id)
+        if places is None:
+            places = self._places[key_id] = threading.BoundedSemaphore(self.key_waits)
+            while len(self._places) > self.cap:  # a key forgotten holds no place for long
+                self._places.popitem(last=False)
+        self._places.move_to_end(key_id)
+        return (places, self.keys_waits)
 
 
 def caller(

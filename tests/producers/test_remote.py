@@ -160,7 +160,7 @@ def test_a_flush_is_right_on_another_server_and_after_its_client_was_forgotten(
 def remote_of(client: MemoryClient, places: int | threading.BoundedSemaphore) -> Remote:
     shared = places if isinstance(places, threading.BoundedSemaphore) else \
         threading.BoundedSemaphore(places)
-    return Remote(client.with_own_outbox(), client.with_own_outbox(), shared)
+    return Remote(client.with_own_outbox(), client.with_own_outbox(), (shared,))
 
 
 def test_a_wait_beyond_the_cap_is_refused_and_its_place_comes_back(config: Config) -> None:
@@ -269,6 +269,39 @@ def _flush_noting_errors(remote: RemoteMemoryClient, timeout: float,
         remote.flush(timeout)
     except BaseException as exc:  # reported by the test's assert
         errors.append(exc)
+
+
+def test_a_key_holding_its_places_leaves_other_keys_and_the_agent_token_theirs(
+    config: Config, role_urls: dict[Role, str], tmp_path: Path
+) -> None:
+    """Keys shared the agent token's places: one key's waiting flushes (or forget waits)
+    made every other key's and tenant's flush, and the agent token's, a 503."""
+    with serving(config, role_urls, tmp_path, max_waits=2) as served:  # a key: 1 place
+        with WriterThread(config), \
+                RemoteMemoryClient(served.url, token=served.token(Role.ADMIN)) as admin:
+            a, b = (admin.create_key(name, users=[name]).secret for name in ("a", "b"))
+            admin.flush(30)
+        holder = RemoteMemoryClient(served.url, token=a)
+        holder.append("a-chat", "user", "waits for a writer")  # none runs now
+        errors: list[BaseException] = []
+        waiting = threading.Thread(target=_flush_noting_errors, args=(holder, 60, errors))
+        waiting.start()
+
+        def flush(token: str) -> int:
+            return httpx.post(f"{served.url}/v1/flush", json={"timeout": 1.0}, timeout=30,
+                              headers={"Authorization": f"Bearer {token}",
+                                       "Memq-Client-Id": "another"}).status_code
+
+        deadline = time.monotonic() + 30
+        while flush(a) == 200 and time.monotonic() < deadline:  # once the holder waits
+            time.sleep(0.01)
+        assert flush(a) == 503  # the key's own place is taken
+        assert flush(b) == 200  # another key's is not
+        assert flush(served.token()) == 200  # nor the agent token's
+        with WriterThread(config):
+            waiting.join()
+        assert errors == []
+        holder.close()
 
 
 def test_flushes_beyond_a_tokens_cap_get_503_while_the_admin_still_flushes(
