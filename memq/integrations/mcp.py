@@ -17,7 +17,7 @@ from typing import Any, Literal
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from memq import MemqError, ValidationError
+from memq import MemqError, PermissionDenied, ValidationError
 from memq.integrations._client import ToolsClient, default_client
 
 __all__ = ["INSTRUCTIONS", "build_server", "serve"]
@@ -80,6 +80,10 @@ def build_server(client: ToolsClient | None = None) -> MCPServer:
                 with writing:
                     memory.set_fact(category, key, value, user_id=user_id)
                     memory.flush()
+                try:
+                    return [_fact(f) for f in memory.facts(category, user_id=user_id)]
+                except PermissionDenied as exc:  # a write-only key: the model must not retry
+                    raise PermissionDenied(f"the fact was set; {exc}") from exc
             return [_fact(f) for f in memory.facts(category, user_id=user_id)]
 
     @server.tool()

@@ -236,6 +236,14 @@ async def _inside_and_outside(server: Any) -> dict[str, Any]:
                 "facts of bob": await call("facts", user_id="bob")}
 
 
+async def _call(server: Any, tool: str, **arguments: Any) -> tuple[bool, str]:
+    from mcp import Client
+
+    async with Client(server, read_timeout_seconds=60) as mcp:
+        result = await mcp.call_tool(tool, arguments)
+        return result.is_error, result.content[0].text  # type: ignore[union-attr]
+
+
 def test_through_memq_serve_the_key_comes_from_the_environment(config: Config) -> None:
     done = subprocess.run(memq_command("mcp", "--server", "http://127.0.0.1:9"), cwd=ROOT,
                           env=environment(), capture_output=True, text=True, timeout=60,
@@ -252,8 +260,18 @@ def test_over_http_a_keys_tool_calls_stay_inside_its_grant(http_server: str,
     with MemoryClient(config=config) as person:
         person.append("bob-chat", "user", "bob's secret plan", user_id="bob")
         key = person.create_key("assistant", users=["alice"], can=["read", "write"])
+        scribe = person.create_key("scribe", users=["alice"], can=["write"])
         person.flush()
     answers = asyncio.run(_inside_and_outside(with_token(http_server, key.secret)))
+    # A key that may write but not read: the fact is set, and the model is told so (it
+    # was told only "may not read", and would set it again).
+    refused, told = asyncio.run(_call(with_token(http_server, scribe.secret), "facts",
+                                      category="prefs", key="seat", value="aisle",
+                                      user_id="alice"))
+    assert refused
+    assert "the fact was set; this key may not read" in told, told
+    with MemoryClient(config=config) as person:
+        assert [f.value for f in person.facts("prefs", user_id="alice")] == ["aisle"]
     assert [i["content"] for i in answers["recall"]["result"]] == ["a window seat"]
     for tool in ("recall bob", "forget bob", "facts of bob"):
         assert answers[tool][0], tool
@@ -268,4 +286,4 @@ def test_over_http_a_keys_tool_calls_stay_inside_its_grant(http_server: str,
         keys = {k for (k,) in conn.execute("SELECT key_id FROM event_keys")}
     finally:
         conn.close()
-    assert keys == {key.id}
+    assert keys == {key.id, scribe.id}
