@@ -106,6 +106,10 @@ class DocumentsOps(ClientBase):
         labels = tuple(_labels(prefix, allow_empty=True))
         if user_id is not None:
             check_identifier("user_id", user_id)
+        if filter is None and query is None:  # the page alone is read
+            page: list[Document] = yield Read(_documents_under, (labels, user_id, limit,
+                                                                 offset))
+            return [FoundDocument(d) for d in page]
         found: list[Document] = yield Read(_documents_under, (labels, user_id))
         kept = [d for d in found if filter is None or matches(d.value, filter)]
         if query is None:
@@ -154,9 +158,10 @@ def _get_document(conn: Reader, namespace: tuple[str, ...], key: str, user_id: s
     return stored.get_document(conn, namespace, key, user_id=user_id, now=now_rfc3339())
 
 
-def _documents_under(conn: Reader, labels: tuple[str, ...], user_id: str | None
-                     ) -> list[Document]:
-    return stored.documents_under(conn, labels, user_id=user_id, now=now_rfc3339())
+def _documents_under(conn: Reader, labels: tuple[str, ...], user_id: str | None,
+                     limit: int = -1, offset: int = 0) -> list[Document]:
+    return stored.documents_under(conn, labels, user_id=user_id, now=now_rfc3339(),
+                                  limit=limit, offset=offset)
 
 
 def _namespaces(conn: Reader, user_id: str | None) -> list[tuple[str, ...]]:

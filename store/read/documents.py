@@ -36,7 +36,8 @@ _ONE = f"SELECT {_COLUMNS} FROM documents WHERE {_LIVE} AND namespace = :namespa
 _UNDER = f"""SELECT {_COLUMNS} FROM documents WHERE {_LIVE}
     AND (:namespace IS NULL OR namespace = :namespace
          OR substr(namespace, 1, length(:open)) = :open)
-    ORDER BY updated_at DESC, seq DESC"""
+    ORDER BY updated_at DESC, seq DESC
+    LIMIT :limit OFFSET :offset"""
 _NAMESPACES = f"SELECT DISTINCT namespace FROM documents WHERE {_LIVE} ORDER BY namespace"
 
 
@@ -48,12 +49,15 @@ def get_document(conn: apsw.Connection, namespace: tuple[str, ...], key: str, *,
 
 
 def documents_under(conn: apsw.Connection, prefix: tuple[str, ...], *, user_id: str | None,
-                    now: str) -> list[Document]:
-    """The live documents whose namespace starts with ``prefix``, newest change first."""
+                    now: str, limit: int = -1, offset: int = 0) -> list[Document]:
+    """The live documents whose namespace starts with ``prefix``, newest change first;
+    ``limit`` of them after ``offset`` (-1: all). A page is cut here, not after reading:
+    a page of one document read every document under the prefix, each up to 1 MiB."""
     text = _text(prefix) if prefix else None
     return [_document(row) for row in conn.execute(
         _UNDER, {"user": user_id, "now": now, "namespace": text,
-                 "open": None if text is None else text[:-1] + ","})]
+                 "open": None if text is None else text[:-1] + ",",
+                 "limit": limit, "offset": offset})]
 
 
 def namespaces(conn: apsw.Connection, *, user_id: str | None, now: str) -> list[tuple[str, ...]]:

@@ -50,6 +50,18 @@ def test_upsert_keeps_created_at_and_delete_removes(log: EventLog) -> None:
     log.assert_rebuild_equal()
 
 
+def test_a_page_is_cut_in_the_query_and_is_the_same_slice_of_the_whole(log: EventLog) -> None:
+    """A page of one document read every document under the prefix (each up to 1 MiB);
+    the page is now cut by SQLite, in the same order."""
+    log.send(*(put(f"k{i}", {"v": i}, minute=i % 4) for i in range(9)))
+    whole = documents_under(log.reader(), ("notes",), user_id=None, now=at(5))
+    assert len(whole) == 9
+    for limit, offset in ((1, 0), (3, 2), (4, 7), (5, 9), (2, 20)):
+        page = documents_under(log.reader(), ("notes",), user_id=None, now=at(5),
+                               limit=limit, offset=offset)
+        assert page == whole[offset:offset + limit], (limit, offset)
+
+
 def test_expiry_follows_the_events_times_and_touch_restarts_it(log: EventLog) -> None:
     log.send(put("short", {}, minute=0, ttl=5), put("long", {}, minute=0, ttl=60),
              put("kept", {}, minute=0))
