@@ -110,12 +110,24 @@ class DocumentsOps(ClientBase):
             page: list[Document] = yield Read(_documents_under, (labels, user_id, limit,
                                                                  offset))
             return [FoundDocument(d) for d in page]
+        if filter is None and query is not None:
+            return (yield from self._ranked_page_op(labels, user_id, query, limit, offset))
         found: list[Document] = yield Read(_documents_under, (labels, user_id))
-        kept = [d for d in found if filter is None or matches(d.value, filter)]
+        kept = [d for d in found if matches(d.value, filter)]
         if query is None:
             return [FoundDocument(d) for d in kept][offset:offset + limit]
         hits: list[FoundDocument] = yield Run(self._ranked, (kept, query))
         return hits[offset:offset + limit]
+
+    def _ranked_page_op(self, labels: tuple[str, ...], user_id: str | None, query: str,
+                        limit: int, offset: int) -> Op[list[FoundDocument]]:
+        """Ranked by vector alone: every document under the prefix read without its
+        value, then the page's read whole."""
+        ranked: list[Document] = yield Read(_documents_under, (labels, user_id, -1, 0, False))
+        hits: list[FoundDocument] = yield Run(self._ranked, (ranked, query))
+        page: list[FoundDocument] = yield Read(_with_values, (hits[offset:offset + limit],
+                                                              user_id))
+        return page
 
     def _document_namespaces_op(self, user_id: str | None) -> Op[list[tuple[str, ...]]]:
         if user_id is not None:
@@ -159,9 +171,19 @@ def _get_document(conn: Reader, namespace: tuple[str, ...], key: str, user_id: s
 
 
 def _documents_under(conn: Reader, labels: tuple[str, ...], user_id: str | None,
-                     limit: int = -1, offset: int = 0) -> list[Document]:
+                     limit: int = -1, offset: int = 0, values: bool = True) -> list[Document]:
     return stored.documents_under(conn, labels, user_id=user_id, now=now_rfc3339(),
-                                  limit=limit, offset=offset)
+                                  limit=limit, offset=offset, values=values)
+
+
+def _with_values(conn: Reader, hits: list[FoundDocument], user_id: str | None
+                 ) -> list[FoundDocument]:
+    """``hits`` with their documents read whole (one deleted meanwhile is left out)."""
+    now = now_rfc3339()
+    found = [(hit, stored.get_document(conn, hit.document.namespace, hit.document.key,
+                                       user_id=user_id, now=now)) for hit in hits]
+    return [FoundDocument(document, hit.score) for hit, document in found
+            if document is not None]
 
 
 def _namespaces(conn: Reader, user_id: str | None) -> list[tuple[str, ...]]:

@@ -33,7 +33,9 @@ _LIVE = ("ifnull(user_id, '') = ifnull(:user, '') "
 _ONE = f"SELECT {_COLUMNS} FROM documents WHERE {_LIVE} AND namespace = :namespace AND key = :key"
 # A namespace is its labels as a JSON array: under ("a", "b") is '["a","b"]' itself and
 # every namespace whose text starts with '["a","b",'.
-_UNDER = f"""SELECT {_COLUMNS} FROM documents WHERE {_LIVE}
+_VECTORS_ONLY = _COLUMNS.replace("value,", "'{}',")
+"""The columns with an empty value in place of the document's: to rank by vector."""
+_UNDER = f"""SELECT {{columns}} FROM documents WHERE {_LIVE}
     AND (:namespace IS NULL OR namespace = :namespace
          OR substr(namespace, 1, length(:open)) = :open)
     ORDER BY updated_at DESC, seq DESC
@@ -49,13 +51,17 @@ def get_document(conn: apsw.Connection, namespace: tuple[str, ...], key: str, *,
 
 
 def documents_under(conn: apsw.Connection, prefix: tuple[str, ...], *, user_id: str | None,
-                    now: str, limit: int = -1, offset: int = 0) -> list[Document]:
+                    now: str, limit: int = -1, offset: int = 0, values: bool = True
+                    ) -> list[Document]:
     """The live documents whose namespace starts with ``prefix``, newest change first;
     ``limit`` of them after ``offset`` (-1: all). A page is cut here, not after reading:
-    a page of one document read every document under the prefix, each up to 1 MiB."""
+    a page of one document read every document under the prefix, each up to 1 MiB.
+    Without ``values``, each value is ``{}``: enough to rank them by vector, and then
+    read the page's alone."""
     text = _text(prefix) if prefix else None
+    query = _UNDER.format(columns=_COLUMNS if values else _VECTORS_ONLY)
     return [_document(row) for row in conn.execute(
-        _UNDER, {"user": user_id, "now": now, "namespace": text,
+        query, {"user": user_id, "now": now, "namespace": text,
                  "open": None if text is None else text[:-1] + ",",
                  "limit": limit, "offset": offset})]
 

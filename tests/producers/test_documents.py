@@ -83,3 +83,25 @@ def test_filter_operators_compare_numbers_only() -> None:
     assert not matches({"n": "3"}, {"n": {"$gt": 2}})
     assert not matches({"n": True}, {"n": {"$gte": 1}})
     assert matches({"n": None}, {"n": {"$ne": 1}})
+
+
+@pytest.mark.model
+def test_a_ranked_page_is_its_slice_of_the_whole_ranking_values_included(
+        client: MemoryClient) -> None:
+    """Ranked by a query, the documents are read without their values and the page's
+    alone read whole afterwards: the page must be what slicing the ranking gave."""
+    texts = ["a flight to Lisbon", "the dog's vet appointment", "a hotel in Porto",
+             "the night train to Madrid", "tax forms due in April"]
+    for i, text in enumerate(texts):
+        client.put_document(("trips",), f"d{i}", {"i": i, "blob": "x" * 2000}, text=text)
+    client.put_document(("trips",), "plain", {"i": 99})  # no vector: ranked last
+    client.flush()
+    whole = client.search_documents(("trips",), query="travelling by plane", limit=100)
+    assert [h.document.key for h in whole][-1] == "plain"
+    assert whole[0].document.key == "d0"
+    assert all(h.document.value["i"] in (*range(5), 99) for h in whole)
+    for limit, offset in ((1, 0), (2, 1), (3, 4), (2, 6)):
+        page = client.search_documents(("trips",), query="travelling by plane", limit=limit,
+                                       offset=offset)
+        assert ([(h.document, h.score) for h in page]
+                == [(h.document, h.score) for h in whole[offset:offset + limit]])
