@@ -77,9 +77,9 @@ class MemqStore(BaseStore):
             self._refresh([found] if op.refresh_ttl and found is not None else [])
             return None if found is None else Item(**_fields(found))
         if isinstance(op, SearchOp):
-            hits = self.client.search_documents(
-                op.namespace_prefix, query=op.query, filter=op.filter, limit=op.limit,
-                offset=op.offset, user_id=self.user_id)
+            hits = self.client.search_documents(  # LangGraph: an empty query is none
+                op.namespace_prefix, query=op.query or None, filter=op.filter,
+                limit=op.limit, offset=op.offset, user_id=self.user_id)
             self._refresh([h.document for h in hits] if op.refresh_ttl else [])
             return [_item(h.document, h.score) for h in hits]
         if isinstance(op, ListNamespacesOp):

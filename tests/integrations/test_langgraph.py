@@ -142,6 +142,8 @@ def test_search_by_meaning_ranks_the_closest_first(client: MemoryClient) -> None
     assert [h.key for h in drink] == ["5"]
     assert store.search(("memories",), query="pets", filter={"text": {"$ne": "x"}},
                         limit=1)[0].key == "2"
+    # An empty query is none, as LangGraph's own stores read it: newest first, no scores.
+    assert [h.score for h in store.search(("memories",), query="")] == [None] * 5
 
 
 def test_ttl_expires_an_item_and_a_rebuild_agrees(store: MemqStore, config: Config) -> None:
