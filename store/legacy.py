@@ -43,12 +43,18 @@ import apsw
 import numpy as np
 import orjson
 
-from memq import tenants
 from memq.approvals import normalize_prefix
 from memq.clock import normalize_rfc3339, now_rfc3339, to_rfc3339
 from memq.config import DEFAULT_MODEL_NAME, LimitsConfig
 from memq.errors import MigrationError, ValidationError
-from memq.events import MAX_EMBEDDING_DIM, Event, EventType, check_identifier, checked_payload
+from memq.events import (
+    MAX_EMBEDDING_DIM,
+    Event,
+    EventType,
+    check_characters,
+    check_identifier,
+    checked_payload,
+)
 from memq.printable import shown
 from memq.store.effects import Effects
 from memq.store.projections import record_event
@@ -272,8 +278,7 @@ def identifier(row: dict[str, Any], column: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"its {column} is not text ({type(value).__name__})")
     check_identifier(column, value, max_chars=MAX_LEGACY_ID_CHARS)
-    if tenants.SEPARATOR in value:
-        raise ValueError(f"{column} contains a control character")
+    check_characters(column, value)  # the whole id: check_identifier reads a tenant's part
     return value
 
 
