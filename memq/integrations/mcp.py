@@ -80,11 +80,13 @@ def build_server(client: ToolsClient | None = None) -> MCPServer:
                 with writing:
                     memory.set_fact(category, key, value, user_id=user_id)
                     memory.flush()
-                try:
-                    return [_fact(f) for f in memory.facts(category, user_id=user_id)]
-                except PermissionDenied as exc:  # a write-only key: the model must not retry
-                    raise PermissionDenied(f"the fact was set; {exc}") from exc
-            return [_fact(f) for f in memory.facts(category, user_id=user_id)]
+            try:
+                return [_fact(f) for f in memory.facts(category, user_id=user_id)]
+            except PermissionDenied as exc:
+                if value is None:
+                    raise
+                # A write-only key: the model must learn it was set, or it sets it again.
+                raise PermissionDenied(f"the fact was set; {exc}") from exc
 
     @server.tool()
     def schedule(name: str, when: str, prompt: str, tz: str | None = None) -> dict[str, str]:
