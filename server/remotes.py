@@ -163,8 +163,8 @@ class Remotes:
         self.cap = cap
         # Per role, so agents holding every place never keep the admin from flushing.
         self.waits = {role: threading.BoundedSemaphore(max_waits) for role in bases}
-        self.keys_waits = threading.BoundedSemaphore(2 * max_waits)
-        self.key_waits = max(1, max_waits // 2)
+        self.all_keys_waits = threading.BoundedSemaphore(2 * max_waits)
+        self.places_per_key = max(1, max_waits // 2)
         self._places: OrderedDict[str, threading.BoundedSemaphore] = OrderedDict()
         self._remotes: OrderedDict[tuple[str, str], Remote] = OrderedDict()
         self._lock = threading.Lock()
@@ -208,11 +208,11 @@ class Remotes:
         key_id = principal.grant.key_id
         places = self._places.get(key_id)
         if places is None:
-            places = self._places[key_id] = threading.BoundedSemaphore(self.key_waits)
+            places = self._places[key_id] = threading.BoundedSemaphore(self.places_per_key)
             while len(self._places) > self.cap:  # a key forgotten holds no place for long
                 self._places.popitem(last=False)
         self._places.move_to_end(key_id)
-        return (places, self.keys_waits)
+        return (places, self.all_keys_waits)
 
 
 def caller(
