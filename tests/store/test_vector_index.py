@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memq.store.read import vector_index
 from memq.store.read.vector_index import (
     BLOCK_EDGES,
     FIT_MIN_ROWS,
@@ -104,6 +105,25 @@ def test_the_stored_vectors_come_back_as_given_in_any_basis(n: int) -> None:
     index.remove(["m2"])
     np.testing.assert_allclose(index.vectors(["m2", f"m{n - 1}"]), matrix[[n - 1]], atol=5e-3)
     assert index.vectors([]).shape == (0, DIM)
+
+
+def test_a_fit_in_chunks_turns_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fitted a chunk of rows at a time, twice (the second from rows already turned and
+    quantized), each row is still the vector it was given, and a search finds the same."""
+    monkeypatch.setattr(vector_index, "FIT_CHUNK", 1000)
+    monkeypatch.setattr(vector_index, "REFIT_GROWTH", 1.2)
+    matrix = clustered(FIT_MIN_ROWS * 3 // 2, seed=7)
+    cut = FIT_MIN_ROWS + 3
+    index, ids = build(matrix[:cut])
+    first = index.basis
+    index.upsert([f"m{i}" for i in range(cut, len(matrix))], matrix[cut:])
+    assert first is not None
+    assert index.basis is not first  # fitted again
+    np.testing.assert_allclose(index.vectors(ids), matrix[:cut], atol=5e-3)
+    every = [f"m{i}" for i in range(len(matrix))]
+    for q in matrix[[5, 2500, cut + 17]]:
+        assert ([i for i, _ in index.search(q, 0.3, 20)]
+                == brute(every, index.vectors(every), q, 0.3, 20))
 
 
 @pytest.mark.parametrize("n", [50, FIT_MIN_ROWS + 10])
