@@ -164,15 +164,16 @@ class ContextOps(ClientBase):
         self._notice_erasures()
         self.sources.sync(session_id)
         within = self._scope(session_id, scope)
-        results = [
-            (strategy.name, strategy.find(self.sources, within, query))
-            for strategy in self.profile.strategies
-        ]
-        found = self.profile.combine(results)
-        similarity: dict[str, float] = {}
-        unscored = [f.message.id for f in found if "semantic" not in f.scores]
-        if query is not None and unscored:
-            similarity = self.sources.similarities(within, query, unscored)
+        with self.vector_cache.settled():
+            results = [
+                (strategy.name, strategy.find(self.sources, within, query))
+                for strategy in self.profile.strategies
+            ]
+            found = self.profile.combine(results)
+            similarity: dict[str, float] = {}
+            unscored = [f.message.id for f in found if "semantic" not in f.scores]
+            if query is not None and unscored:
+                similarity = self.sources.similarities(within, query, unscored)
         partial = (query is not None and self.profile.searches_meaning
                    and self.sources.waiting_for_vectors(within) > 0)
         items = [_item(f, similarity.get(f.message.id), partial) for f in found]

@@ -72,6 +72,27 @@ def test_session_is_loaded_once_then_refreshed_incrementally(
     assert cache.vector_count(Scope("s1")) == 6
 
 
+def test_a_settled_block_refreshes_each_scope_once(
+    client: MemoryClient, cache: VectorCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks: list[int] = []
+    original = VectorCache._read_changes
+    monkeypatch.setattr(VectorCache, "_read_changes",
+                        lambda c, scope, entry: (looks.append(1), original(c, scope, entry)))
+    ids = appended(client, "s1", 4)
+    vectors = unit_vectors(4)
+    send_embeddings(client, ids[:2], vectors[:2])
+    with cache.settled():
+        assert [i for i, _ in cache.search(Scope("s1"), vectors[0], 0.99, 5)] == [ids[0]]
+        send_embeddings(client, ids[2:], vectors[2:])  # committed within: not seen
+        assert cache.search(Scope("s1"), vectors[3], 0.99, 5) == []
+        assert cache.scores(Scope("s1"), ids, vectors[1]).keys() == {ids[0], ids[1]}
+        assert cache.moments(Scope("s1"), vectors[1]) is not None
+    assert len(looks) == 1
+    assert [i for i, _ in cache.search(Scope("s1"), vectors[3], 0.99, 5)] == [ids[3]]
+    assert len(looks) == 2
+
+
 def test_other_sessions_never_enter(client: MemoryClient, cache: VectorCache) -> None:
     mine, theirs = appended(client, "s1", 2), appended(client, "s2", 2)
     vectors = unit_vectors(4)
