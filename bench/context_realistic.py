@@ -17,7 +17,8 @@ evidence recall of what it returned (the originals' evidence turns among at most
 timed on the same scope: BM25 top-20 (the lexical index alone) and an exact cosine top-20
 over the scope's vectors as one float32 matrix, and the lexical search as get_context reads
 it (its best 1,000); then the reader's memory: the vector cache's bytes per 100,000
-vectors and how much the process grew; and, once a scope's contextual keys are projected,
+vectors, how much the process grew, and how much a fresh process grows loading the scope
+and answering 20 questions (this one's heap holds what the build freed); and, once a scope's contextual keys are projected,
 what their search finds of the exact best 50 and how long finding its candidates takes,
 as it does (the leaders of the index's first block) and by an exact search.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import multiprocessing
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -211,7 +213,31 @@ def run_size(n: int, originals: list[locomo.Conversation], store: TextVectors,
         cache_bytes = client.vector_cache.nbytes
         keys = projection(client, asked)
     report(n, replicas.count(history), build_s, reused, cold, found, base, cache_bytes, grown)
+    few = asked[:FRESH_CALLS]
+    print(f"  a fresh reader process grew {fresh_reader_mib(config, path, few):.0f} MiB "
+          f"loading the scope and answering {len(few)} questions")
     print(f"  contextual keys: {keys}")
+
+
+FRESH_CALLS = 20
+
+
+def fresh_reader_mib(config: Config, path: Path, asked: list[Asked]) -> float:
+    """How much a new process grows serving the scope, as an agent or ``memq serve`` would:
+    this one's heap holds what building the database freed, which the load reuses."""
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(1) as pool:
+        return float(pool.apply(_reader_growth, (config.replace(db_path=str(path)), asked)))
+
+
+def _reader_growth(config: Config, asked: list[Asked]) -> float:
+    with reader(config, asked) as client:
+        client.history(asked[0].conversation.memq_session(None, "user"), limit=1)
+        before = memory_kib("RssAnon")
+        for a in asked:
+            client.get_context(a.conversation.memq_session(None, "user"), a.question.text,
+                               scope="user")
+        return (memory_kib("RssAnon") - before) / 1024
 
 
 def projection(client: MemoryClient, asked: list[Asked], best: int = 50) -> str:

@@ -32,6 +32,8 @@ def test_the_realistic_bench_prints_latency_recall_baselines_and_memory(
     for line in ("get_context, user scope", "BM25 top-20", "cosine top-20", "BM25 best 1,000"):
         assert len(re.findall(rf"{line} +p50 +[\d.]+ ms +p95 +[\d.]+ ms", out)) == 2, line
     assert re.search(r"vector cache \d+ MiB \(\d+ MiB per 100,000 vectors\)", out)
+    assert len(re.findall(r"a fresh reader process grew -?\d+ MiB loading the scope and "
+                          r"answering 3 questions", out)) == 2
     assert "contextual keys: whole (a search over them is exact)" in out  # small: not projected
     assert "profile recall; one BLAS thread" in out
     monkeypatch.setattr(neighbourhoods, "PROJECT_FROM", 100)  # as a large history's
