@@ -18,9 +18,10 @@ timed on the same scope: BM25 top-20 (the lexical index alone) and an exact cosi
 over the scope's vectors as one float32 matrix, and the lexical search as get_context reads
 it (its best 1,000); then the reader's memory: the vector cache's bytes per 100,000
 vectors, how much the process grew, and how much a fresh process grows loading the scope
-and answering 20 questions (this one's heap holds what the build freed); and, once a scope's contextual keys are projected,
-what their search finds of the exact best 50 and how long finding its candidates takes,
-as it does (the leaders of the index's first block) and by an exact search.
+and answering 20 questions (this one's heap holds what the build freed); and, once a
+scope's contextual keys are projected, what their search finds of the exact best 50 and
+how long finding its candidates takes, as it does (the leaders of the index's first
+block) and by an exact search.
 
     .venv/bin/python bench/context.py --realistic --sizes 1000,10000,100000
 """
