@@ -233,6 +233,7 @@ def fresh_reader_mib(config: Config, path: Path, asked: list[Asked]) -> float:
 
 def _reader_growth(config: Config, asked: list[Asked]) -> float:
     with reader(config, asked) as client:
+        # A first read opens the pool: what any client holds before it loads a scope.
         client.history(asked[0].conversation.memq_session(None, "user"), limit=1)
         before = memory_kib("RssAnon")
         for a in asked:

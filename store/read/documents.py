@@ -26,14 +26,15 @@ class Document:
     embedding_model: str | None = None
 
 
-_COLUMNS = ("namespace, key, value, created_at, updated_at, expires_at, user_id, embedding, "
-            "embedding_model")
+_FIELDS = ("namespace", "key", "value", "created_at", "updated_at", "expires_at", "user_id",
+           "embedding", "embedding_model")
+_COLUMNS = ", ".join(_FIELDS)
 _LIVE = ("ifnull(user_id, '') = ifnull(:user, '') "
          "AND (expires_at IS NULL OR expires_at > :now)")
 _ONE = f"SELECT {_COLUMNS} FROM documents WHERE {_LIVE} AND namespace = :namespace AND key = :key"
 # A namespace is its labels as a JSON array: under ("a", "b") is '["a","b"]' itself and
 # every namespace whose text starts with '["a","b",'.
-_VECTORS_ONLY = _COLUMNS.replace("value,", "'{}',")
+_VECTORS_ONLY = ", ".join("'{}'" if field == "value" else field for field in _FIELDS)
 """The columns with an empty value in place of the document's: to rank by vector."""
 _UNDER = f"""SELECT {{columns}} FROM documents WHERE {_LIVE}
     AND (:namespace IS NULL OR namespace = :namespace
