@@ -50,6 +50,7 @@ from memq.store.read.identity import database_id
 from memq.store.write import batch, positions
 from memq.store.write.background import Background
 from memq.store.write.batch import BatchResult, Entry
+from memq.store.write.checkpoints import Checkpoints
 from memq.store.write.inbox import Inbox, Prefetcher
 from memq.store.write.lock import WriterLock
 from memq.store.write.relay import Relay, relay_all
@@ -81,6 +82,8 @@ class Writer:
         self.background = Background("memq-writer-followups")
         """Where hooks send follow-ups that need Redis only (see store/background.py)."""
         self._lock: WriterLock | None = None
+        self.checkpoints: Checkpoints | None = None
+        """Checkpoints the WAL beside the commits (set by :meth:`open`)."""
         self.claim = identity.Claim.of(database_id(conn) or "", config.db_path)
         """This database, as the writer claims the Redis keyspace for it (memq/identity.py)."""
         self.rebind = False
@@ -108,10 +111,13 @@ class Writer:
             raise
         writer = cls(config, conn, broker)
         writer._lock = lock
+        writer.checkpoints = Checkpoints(conn)
         return writer
 
     def close(self) -> None:
         self.background.close()
+        if self.checkpoints is not None:
+            self.checkpoints.close()
         self.conn.close()
         if self._lock is not None:
             self._lock.release()
