@@ -113,6 +113,7 @@ check: lint typecheck test
 bench: bootstrap-dev
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/durability.py
+	$(BIN)/python bench/checkpoints.py
 	$(BIN)/python bench/context.py
 	$(BIN)/python bench/freshness.py
 	$(BIN)/python bench/aio.py
