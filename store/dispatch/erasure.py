@@ -96,8 +96,9 @@ class ErasureFollowUp:
         # attempt wait out the busy timeout and fail, batch after batch.
         truncated = truncate_wal(self.conn, wait=not self.replicated)
         if not truncated and not self.replicated:
-            log(logger, "the WAL could not be truncated yet (a reader holds an old snapshot);"
-                " trying again after the next batch", logging.WARNING)
+            log(logger, "the WAL could not be truncated yet (a reader holds an old snapshot, "
+                "or the writer's checkpoint thread is running); trying again after the next "
+                "batch", logging.WARNING)
             return
         if not truncated:
             log(logger, "the WAL is left to Litestream's checkpoint; the forgotten text stays "
@@ -126,7 +127,8 @@ class ErasureFollowUp:
 
 def truncate_wal(conn: apsw.Connection, *, wait: bool = True) -> bool:
     """Checkpoint everything and truncate the WAL; False if readers kept it busy (after
-    the busy timeout, or at once unless ``wait``)."""
+    the busy timeout, or at once unless ``wait``), or if another checkpoint was running
+    (at once: SQLite does not wait for that one)."""
     if not wait:
         conn.set_busy_timeout(0)
     try:

@@ -111,7 +111,11 @@ class Writer:
             raise
         writer = cls(config, conn, broker)
         writer._lock = lock
-        writer.checkpoints = Checkpoints(conn)
+        try:
+            writer.checkpoints = Checkpoints(conn)
+        except BaseException:
+            writer.close()
+            raise
         return writer
 
     def close(self) -> None:
