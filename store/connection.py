@@ -40,6 +40,10 @@ memory."""
 PAGE_SIZE = 16384
 """The page size of a database memq creates (bytes)."""
 
+CHECKPOINT_PAGES = 1000
+"""WAL pages past which a checkpoint is due (SQLite's own default): the writer's
+connection checkpoints at this size by itself, or store/write/checkpoints.py's thread does."""
+
 PRIVATE_SUFFIXES = ("", "-wal", "-shm")
 """The database file and the two SQLite keeps beside it in WAL mode."""
 
@@ -110,7 +114,7 @@ def _apply_policy(conn: apsw.Connection, *, readonly: bool) -> None:
     conn.pragma("foreign_keys", True)
     # Bound the WAL: checkpoint every 1,000 pages (16 MB, 4 MB in a database of 4 KiB pages)
     # rather than let it grow under a steady writer.
-    conn.pragma("wal_autocheckpoint", 1000)
+    conn.pragma("wal_autocheckpoint", CHECKPOINT_PAGES)
     # Deleted and overwritten content is zeroed in the file, not left in free space: a
     # forgotten conversation must not stay readable in free pages or freed cell space
     # (store/projections/forgetting.py). Always on, since a row rewritten long before

@@ -19,13 +19,9 @@ import threading
 import apsw
 
 from memq.logs import log
-from memq.store.connection import open_connection
+from memq.store.connection import CHECKPOINT_PAGES, open_connection
 
 logger = logging.getLogger("memq.writer")
-
-CHECKPOINT_PAGES = 1000
-"""WAL pages past which a checkpoint is due, as SQLite's own default."""
-
 
 class Checkpoints:
     """The thread that checkpoints ``writer``'s database; :meth:`close` before the writer's
