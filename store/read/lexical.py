@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, cast
 
 import apsw
@@ -181,15 +181,18 @@ def content_expression(words: list[str]) -> str:
 
 
 def search(
-    conn: apsw.Connection, scope: Scope, query: str, limit: int, *, scope_turns: int = 0
+    conn: apsw.Connection, scope: Scope, query: str, limit: int, *, scope_turns: int = 0,
+    leave_out: Collection[str] = (),
 ) -> list[tuple[str, float]]:
     """Ids of the scope's best ``limit`` lexical matches and their BM25 score, best first.
 
     Scores are positive and larger for better matches (FTS5's ``bm25()`` is negated); a
     tie goes to the newer turn. ``scope_turns``: how many turns the caller knows the scope
     holds at least (0: unknown), which may spare the scope's token (:data:`WHOLE_SHARE`).
+    ``leave_out``: case-folded words not searched, unless the query has no others.
     """
     words = terms(query)
+    words = [w for w in words if w not in leave_out] or words
     if not words or limit <= 0:
         return []
     try:

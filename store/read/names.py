@@ -16,6 +16,7 @@ than :data:`~store.read.lexical.COMMON_SHARE` of them (the user's own name, say)
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import apsw
 import orjson
@@ -41,6 +42,29 @@ _NAMING = f"""
     WHERE m.session_id IN (
         SELECT n.session_id FROM messages_fts JOIN messages n ON n.seq = messages_fts.rowid
         WHERE messages_fts MATCH :match AND {{scope}} AND {visible("n")})"""
+
+
+_NAMING_SESSIONS = f"""
+    SELECT n.session_id FROM messages_fts JOIN messages n ON n.seq = messages_fts.rowid
+    WHERE messages_fts MATCH :match AND {{scope}} AND {visible("n")}
+    GROUP BY n.session_id ORDER BY max(n.seq) DESC"""
+
+# The session's index gives its turns newest first, so a session costs the turns taken.
+_SESSION_TURNS = f"""
+    SELECT m.id FROM messages m INDEXED BY messages_by_session
+    WHERE m.session_id = :session AND {{scope}} AND {visible("m")}
+    ORDER BY m.created_at DESC, m.seq DESC LIMIT :limit"""
+
+
+class Named(NamedTuple):
+    """Who a question names that some sessions of the scope name too, and those sessions'
+    turns."""
+
+    words: list[str]
+    """The names, as :func:`names` gives them."""
+    turns: list[str]
+    """Ids of the naming sessions' turns: the sessions that named them last first, each
+    session's newest turns first."""
 
 
 def names(query: str) -> list[str]:
@@ -72,3 +96,41 @@ def naming(conn: apsw.Connection, scope: Scope, words: list[str], ids: list[str]
             return set()  # a database the writer has not migrated yet: no index
         raise
     return {str(row[0]) for row in rows}
+
+
+def named_turns(conn: apsw.Connection, scope: Scope, words: list[str], limit: int,
+                most: int) -> Named | None:
+    """Up to ``limit`` turns of the sessions of ``scope`` that hold one of ``words`` (names
+    as :func:`names` gives them, those too common to single anyone out left aside); None
+    when no session does, or when those sessions hold more than ``most`` turns: then they
+    are not a part of the scope but most of it. A session is read newest turn first, and
+    whole if the limit allows, so the cost is the turns taken, however long the history."""
+    if not words or limit <= 0 or most <= 0:
+        return None
+    try:
+        with conn:  # one snapshot: the sessions found and the turns read
+            rare = lexical.uncommon(conn, words, missing=[], most=MOST_TURNS)
+            if not rare:
+                return None
+            sessions = conn.execute(_NAMING_SESSIONS.format(scope=scope.condition("n")), {
+                **scope.params(), "match": lexical.content_expression(rare)}).fetchall()
+            turns = _turns_of(conn, scope, [str(row[0]) for row in sessions],
+                              min(limit, most + 1))
+    except apsw.SQLError as exc:
+        if "no such table" in str(exc):
+            return None  # a database the writer has not migrated yet: no index
+        raise
+    return Named(rare, turns) if 0 < len(turns) <= most else None
+
+
+def _turns_of(conn: apsw.Connection, scope: Scope, sessions: list[str], limit: int
+              ) -> list[str]:
+    sql = _SESSION_TURNS.format(scope=scope.condition("m"))
+    turns: list[str] = []
+    for session in sessions:
+        if len(turns) >= limit:
+            break
+        rows = conn.execute(sql, {**scope.params(), "session": session,
+                                  "limit": limit - len(turns)}).fetchall()
+        turns.extend(str(row[0]) for row in rows)
+    return turns

@@ -41,7 +41,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from memq.store.read.vector_index import FIT_SAMPLE, REFIT_GROWTH, VectorIndex, principal_axes
+from memq.store.read.vector_index import (
+    FIT_SAMPLE,
+    REFIT_GROWTH,
+    VectorIndex,
+    best_first,
+    principal_axes,
+)
 
 PROJECT_FROM = 32_768
 """Keys a scope needs before its index keeps them projected. Below, full keys take at most
@@ -141,6 +147,18 @@ class Neighbourhoods:
         # depending on how many rows it gets, and a score must not depend on the call.
         values = (keys * self.turns.turned(query).astype(np.float64)).sum(axis=1)
         return {message_id: float(v) for message_id, v in zip(present, values, strict=True)}
+
+    def best_among(self, ids: Sequence[str], query: np.ndarray, limit: int
+                   ) -> list[tuple[str, float]]:
+        """The ``limit`` of ``ids`` whose keys' dot products with ``query`` are largest, best
+        first; projected, the best of the candidates the projection ranks first, as
+        :meth:`search` (the exact keys of 2,000 turns cost ~30 ms a call of two rounds
+        at 100,119 turns)."""
+        if self._axes is None:
+            return self.index.best_among(ids, query, limit)
+        coarse = self.index.best_among(ids, np.asarray(query, dtype=np.float32) @ self._axes,
+                                       CANDIDATES_PER_RESULT * limit)
+        return best_first(self.scores([i for i, _ in coarse], query), limit)
 
     def moments(self, query: np.ndarray) -> tuple[float, float] | None:
         """Mean and spread of ``query``'s dot product with the keys (see VectorIndex)."""

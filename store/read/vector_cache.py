@@ -24,7 +24,7 @@ import ctypes
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +101,14 @@ class VectorCache:
             entries = list(self._entries.items())
         return sum(len(e.index) for key, e in entries if scope is None or key == scope.key)
 
+    def size(self, scope: Scope) -> int:
+        """How many of the scope's turns have a vector of this model (loading it if need
+        be): the turns a search by meaning sees."""
+        entry = self._entry(scope)
+        with entry.lock:
+            self._refresh(scope, entry)
+            return len(entry.index)
+
     @property
     def nbytes(self) -> int:
         with self._lock:
@@ -127,6 +135,15 @@ class VectorCache:
         with entry.lock:
             self._refresh(scope, entry)
             return _searched(entry, keys).scores(ids, query)
+
+    def best_among(self, scope: Scope, ids: Sequence[str], query: np.ndarray, limit: int,
+                   *, keys: bool = False) -> list[tuple[str, float]]:
+        """The ``limit`` of ``ids`` nearest ``query``, best first, with their scores
+        (``keys``: by their contextual keys)."""
+        entry = self._entry(scope)
+        with entry.lock:
+            self._refresh(scope, entry)
+            return _searched(entry, keys).best_among(ids, query, limit)
 
     def vectors(self, scope: Scope, ids: Iterable[str], *, turned: bool = False
                 ) -> dict[str, np.ndarray]:

@@ -29,6 +29,7 @@ symmetric Gaussian noise drawn afresh and never kept (:func:`principal_axes`).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
@@ -320,6 +321,11 @@ class VectorIndex:
         values = self._precise(rows, self._split(query))
         return {message_id: float(v) for message_id, v in zip(found, values, strict=True)}
 
+    def best_among(self, ids: Iterable[str], query: np.ndarray, limit: int
+                   ) -> list[tuple[str, float]]:
+        """The ``limit`` of ``ids`` (those in the set) nearest ``query``, best first."""
+        return best_first(self.scores(ids, query), limit)
+
     def vectors(self, ids: Iterable[str]) -> np.ndarray:
         """The stored vectors of those of ``ids`` that are in the set, in their order (one
         row each; unrotated: as they were given)."""
@@ -386,6 +392,12 @@ class VectorIndex:
         if self._rotation is not None:
             q = q @ self._rotation
         return [np.ascontiguousarray(q[lo:hi]) for lo, hi in self.spans]
+
+
+def best_first(scores: dict[str, float], limit: int) -> list[tuple[str, float]]:
+    """The ``limit`` best of ``scores`` (id -> score), best first; a tie to the larger id,
+    so the order never depends on the dict's."""
+    return heapq.nlargest(limit, scores.items(), key=lambda item: (item[1], item[0]))
 
 
 def principal_axes(sample: np.ndarray, noise: float | None = None,

@@ -159,3 +159,59 @@ def test_any_question_text_is_looked_up_without_an_error(log: EventLog, query: s
     found = names.naming(log.conn, Scope("s1", "user", "u1"), names.names(f"Ask {query}"),
                          asked)
     assert found <= set(asked)
+
+
+def test_the_named_scope_is_the_naming_sessions_turns_newest_first(log: EventLog) -> None:
+    fill(log, [*TURNS, ("Avery: Melanie says hi", "s2", "u1")])
+    mids = ids_of(log)
+    scope = Scope("s9", "user", "u1")
+    found = names.named_turns(log.conn, scope, ["caroline", "zyzzyva"], 10, most=50)
+    assert found == names.Named(["caroline"], [mids[TURNS[1][0]], mids[TURNS[0][0]]])
+    # s2 named Melanie last: its turns come first, and the limit cuts s1's.
+    found = names.named_turns(log.conn, scope, ["melanie"], 4, most=50)
+    assert found is not None
+    assert found.turns == [mids["Avery: Melanie says hi"], mids[TURNS[3][0]],
+                           mids[TURNS[2][0]], mids[TURNS[1][0]]]
+    assert names.named_turns(log.conn, scope, ["zyzzyva"], 10, most=50) is None
+    assert names.named_turns(log.conn, scope, ["caroline"], 0, most=50) is None
+    assert names.named_turns(log.conn, scope, [], 10, most=50) is None
+    # Sessions that hold more than `most` turns are most of the scope, not a part of it.
+    assert names.named_turns(log.conn, scope, ["caroline"], 10, most=2) is not None
+    assert names.named_turns(log.conn, scope, ["caroline"], 10, most=1) is None
+    assert names.named_turns(log.conn, scope, ["caroline"], 1, most=1) is not None
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+                                st.sampled_from(SESSIONS)), min_size=1, max_size=20),
+       asked=st.lists(st.sampled_from(WORDS), max_size=3),
+       scope=st.sampled_from([Scope("s1", "user", "u1"), Scope("s4", "user", "u2")]),
+       limit=st.integers(1, 25), most=st.integers(0, 25))
+def test_the_named_scope_is_what_a_model_of_it_gives(
+    tmp_path_factory: pytest.TempPathFactory, turns: list[tuple[list[str], tuple[str, str]]],
+    asked: list[str], scope: Scope, limit: int, most: int,
+) -> None:
+    """The scope's sessions holding an asked word, the one that said it last first; each
+    session's turns newest first; the first ``limit`` of those; none if they are more
+    than ``most`` (and ``limit`` is not)."""
+    log = EventLog(tmp_path_factory.mktemp("named"))
+    try:
+        fill(log, [(" ".join(words), session, user) for words, (session, user) in turns])
+        rows = log.rows("SELECT id, session_id, user_id, content FROM messages ORDER BY seq")
+        mine = [(mid, session, text) for mid, session, user, text in rows
+                if user == scope.user_id]
+        last: dict[str, int] = {}
+        for at, (_, session, text) in enumerate(mine):
+            if set(text.split()) & set(asked):
+                last[session] = at
+        order = sorted(last, key=lambda session: -last[session])
+        expected = [mid for session in order
+                    for mid, held, _ in reversed(mine) if held == session]
+        expected = expected[:limit] if limit <= most or len(expected) <= most else []
+        found = names.named_turns(log.conn, scope, list(dict.fromkeys(asked)), limit, most)
+        assert (found.turns if found else []) == expected
+        if found:
+            assert set(found.words) <= set(asked)
+    finally:
+        log.close()

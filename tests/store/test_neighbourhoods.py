@@ -160,6 +160,32 @@ def test_projected_keys_are_scored_exactly_and_find_the_best_in_less_memory(
     assert np.mean(found_share) >= 0.95  # candidates from 16 of 48 coordinates
 
 
+def test_the_best_among_some_keys_are_their_exact_best_projected_or_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = Projected(monkeypatch)
+    whole = Neighbourhoods(VectorIndex(48), 0.5)  # the same keys, never projected
+    whole.turns.upsert(keys.ids, keys.matrix, fit=False)
+    whole.upsert([(i, f"s{n % 30}", n) for n, i in enumerate(keys.ids)])
+    assert keys.projected
+    assert not whole.projected
+    some = keys.ids[::3]
+    found_share = []
+    for q in keys.matrix[:20]:
+        exact = keys.exact(q)
+        best = sorted(some, key=lambda i: -exact[i])[:10]
+        # Whole keys are stored to within a cosine of 1e-4: near ties may change places.
+        assert [s for _, s in whole.best_among(some, q, 10)] == pytest.approx(
+            [exact[i] for i in best], abs=1e-3)
+        found = keys.best_among(some, q, 10)
+        assert all(i in some and score == pytest.approx(exact[i], abs=1e-4)
+                   for i, score in found)
+        assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
+        found_share.append(len({i for i, _ in found} & set(best)) / 10)
+    assert np.mean(found_share) >= 0.95
+    assert keys.best_among([], keys.matrix[0], 10) == []
+    assert keys.best_among(["unknown"], keys.matrix[0], 10) == []
+
+
 def test_projected_moments_estimate_the_keys_scores_and_forget_with_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
     keys = Projected(monkeypatch)

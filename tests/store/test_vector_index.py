@@ -230,6 +230,17 @@ def test_an_index_is_rotated_into_noisy_axes(monkeypatch: pytest.MonkeyPatch) ->
     assert noisy > 1.0
 
 
+@pytest.mark.parametrize("n", [50, FIT_MIN_ROWS + 500])
+def test_the_best_among_some_ids_are_their_brute_force_best(n: int) -> None:
+    matrix = clustered(n)
+    index, ids = build(matrix)
+    some = [*ids[::7], "unknown"]
+    for q in matrix[:5]:
+        found = index.best_among(some, q, 12)
+        assert [i for i, _ in found] == brute(ids[::7], index.vectors(ids[::7]), q, -2.0, 12)
+        assert index.best_among(some, q, 0) == []
+
+
 def test_threshold_is_strict() -> None:
     matrix = clustered(20)
     index, _ = build(matrix)
