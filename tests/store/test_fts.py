@@ -131,6 +131,19 @@ def test_function_words_are_dropped_unless_nothing_else_is_left(log: EventLog) -
     assert search(log, "Who are you?") == [ids[0]]
 
 
+def test_words_left_out_are_not_searched_unless_nothing_else_is_left(log: EventLog) -> None:
+    ids = record(log, "Caroline said hello", "the lake at dawn", "Caroline at the lake")
+    scope = Scope("s1")
+
+    def found(query: str, leave_out: list[str]) -> set[str]:
+        return {mid for mid, _ in lexical_query.search(log.conn, scope, query, 10,
+                                                       leave_out=leave_out)}
+
+    assert found("Where is Caroline's lake?", []) == set(ids)
+    assert found("Where is Caroline's lake?", ["caroline"]) == {ids[1], ids[2]}
+    assert found("Caroline?", ["caroline"]) == {ids[0], ids[2]}  # no other word: kept
+
+
 def test_contractions_leave_no_fragment_and_take_no_word_with_them(log: EventLog) -> None:
     ids = record(log, "Caroline's painting of the lake", "it's a sunny day, isn't it",
                  "Don moved to New Haven in March")
