@@ -129,16 +129,20 @@ class RetrievalConfig:
     """A relevant turn this close (cosine) to a better one already chosen is left out: a
     near-copy (a retried call, a repeated tool output, the same words to someone else)
     takes one place, not several. 1.0: only exact copies."""
-    recall_name_penalty: float = 0.3
+    recall_name_penalty: float = 0.7
     """When a question names someone some sessions of the scope name too, the share of its
-    score a relevant turn of another session loses. 0: no such rule."""
+    score a relevant turn of another session loses. 0: no such rule (nor rule 7)."""
+    recall_named_turns: int = 2000
+    """With a name penalty, how many turns of the sessions that name whom a question names
+    are also searched as a scope of their own, the names left out of the lexical search
+    (rule 7 of producers/ranking/fusion.py). 0: none."""
     reranker_dir: str = ""
     """A local cross-encoder (see memq/reranker.py); empty: none (the default)."""
     reranker_candidates: int = 40
 
     def __post_init__(self) -> None:
         for key in ("recency_limit", "importance_limit", "semantic_limit",
-                    "recall_recency_limit", "recall_importance_limit"):
+                    "recall_recency_limit", "recall_importance_limit", "recall_named_turns"):
             _at_least("retrieval", key, getattr(self, key), 0)
         _at_least("retrieval", "recall_budget", self.recall_budget, 1)
         _at_least("retrieval", "recall_candidates", self.recall_candidates, 1)

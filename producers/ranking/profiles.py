@@ -22,7 +22,7 @@ a class with ``name`` and ``find``, and a new profile is one entry in :data:`PRO
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -33,6 +33,7 @@ from memq.config import RetrievalConfig
 from memq.errors import ConfigError
 from memq.producers.ranking import alongside, fusion
 from memq.store.read.messages import Message, chronological_key
+from memq.store.read.names import Named
 from memq.store.read.scope import Scope
 
 
@@ -84,8 +85,10 @@ class Sources(Protocol):
         """Up to ``limit`` turns matching the query's words, best BM25 score first."""
         ...
 
-    def lexical_scores(self, scope: Scope, query: str, limit: int) -> list[tuple[str, float]]:
-        """Ids and BM25 scores of up to ``limit`` turns matching the query, best first."""
+    def lexical_scores(self, scope: Scope, query: str, limit: int,
+                       leave_out: Collection[str] = ()) -> list[tuple[str, float]]:
+        """Ids and BM25 scores of up to ``limit`` turns matching the query, best first
+        (``leave_out``: case-folded words not searched, unless the query has no others)."""
         ...
 
     def lexical_waiting(
@@ -128,6 +131,16 @@ class Sources(Protocol):
 
     def rerank_scores(self, query: str, texts: Sequence[str]) -> list[float] | None:
         """A cross-encoder's score of each (query, text); None when there is none."""
+        ...
+
+    def best_among(self, scope: Scope, query: Query, ids: Sequence[str], limit: int,
+                   *, keys: bool = False) -> list[tuple[str, float]]:
+        """Ids and cosines of the ``limit`` of ``ids`` nearest the query, best first."""
+        ...
+
+    def named_turns(self, scope: Scope, query: str, limit: int) -> Named | None:
+        """Whom ``query`` names that sessions of the scope name too, and up to ``limit``
+        turns of those sessions, newest first; None when no session names them."""
         ...
 
     def naming(self, scope: Scope, query: str, ids: Sequence[str]) -> set[str]:
@@ -258,6 +271,9 @@ class Relevance:
     name_penalty: float = 0.0
     """The share of its score a candidate loses when the question names someone its
     session does not and other sessions do (rule 6 of :mod:`producers.ranking.fusion`)."""
+    named_turns: int = 0
+    """With a ``name_penalty``, how many turns of the sessions that name whom the question
+    names are searched as a scope of their own (rule 7); 0: none."""
     name: str = "relevance"
 
     def find(self, sources: Sources, scope: Scope, query: str | None) -> list[Hit]:
@@ -303,20 +319,30 @@ class Relevance:
     def _fused(self, sources: Sources, scope: Scope, query: str) -> list[fusion.Candidate]:
         """The candidates of both kinds, each with all the evidence there is for it; with
         ``feedback``, the better of two rounds (rule 4 of :mod:`producers.ranking.fusion`)."""
-        bm25 = alongside.start(lambda: sources.lexical_scores(scope, query, LEXICAL_EVIDENCE))
-        first = self._round(sources, scope, bm25, query)
+        named = self._named_scope(sources, scope, query)
+        leave_out = named.words if named else ()
+        bm25 = alongside.start(lambda: sources.lexical_scores(scope, query, LEXICAL_EVIDENCE,
+                                                              leave_out))
+        first = self._round(sources, scope, bm25, query, named)
         if self.feedback > 0 and first:
             found = sources.vectors(scope, [c.id for c in first[: self.feedback_turns]])
             moved = fusion.feedback_query(sources.query_vector(query),
                                           np.array(list(found.values())), self.feedback)
-            if moved is not None:
-                first = fusion.best_of(first, self._round(sources, scope, bm25, moved))
+            if moved is not None:  # the named scope's best are the first round's already
+                first = fusion.best_of(first, self._round(sources, scope, bm25, moved, None))
         return self._named(sources, scope, query, first)
 
+    def _named_scope(self, sources: Sources, scope: Scope, query: str) -> Named | None:
+        """Rule 7 of :mod:`producers.ranking.fusion`: whom the question names that some
+        sessions name, and their turns; None where the rule does not apply."""
+        if self.named_turns <= 0 or self.name_penalty <= 0 or scope.kind == "session":
+            return None
+        return sources.named_turns(scope, query, self.named_turns)
+
     def _round(self, sources: Sources, scope: Scope, lexical: Future[list[tuple[str, float]]],
-               query: Query) -> list[fusion.Candidate]:
+               query: Query, named: Named | None) -> list[fusion.Candidate]:
         """One round: the lexical matches (searched meanwhile) and the turns near
-        ``query``, fused."""
+        ``query``, fused; with ``named``, the best of its turns by each kind too."""
         keys = self.contextual
         moments = sources.semantic_moments(scope, query, keys=keys)
         cosine: dict[str, float] = {}
@@ -324,8 +350,14 @@ class Relevance:
             threshold = moments[0] + self.min_z * moments[1]
             cosine = dict(sources.similar_scores(scope, query, threshold, self.candidates,
                                                  keys=keys))
+            if named is not None:
+                cosine.update(sources.best_among(scope, query, named.turns, self.candidates,
+                                                 keys=keys))
         bm25 = lexical.result()
         lexical_only = [mid for mid, _ in bm25[: self.candidates] if mid not in cosine]
+        if named is not None:
+            lexical_only += fusion.among(bm25, named.turns, self.candidates,
+                                         taken={*cosine, *lexical_only})
         candidates = [*cosine, *lexical_only]
         cosine.update(sources.similarities(scope, query, lexical_only, keys=keys))
         return fusion.fuse(candidates, dict(bm25), cosine, moments,
@@ -439,7 +471,8 @@ def recall(config: RetrievalConfig) -> Profile:
                       feedback=config.recall_feedback,
                       feedback_turns=config.recall_feedback_turns,
                       duplicate_cosine=config.recall_duplicate_cosine,
-                      name_penalty=config.recall_name_penalty),
+                      name_penalty=config.recall_name_penalty,
+                      named_turns=config.recall_named_turns),
         ),
         budgeted(budget),
     )

@@ -13,7 +13,7 @@ any other storage error is raised.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -103,6 +103,13 @@ class SessionSources:
             return {}
         return self.vector_cache.scores(scope, ids, self._vector(query), keys=keys)
 
+    def best_among(self, scope: Scope, query: Query, ids: Sequence[str], limit: int,
+                   *, keys: bool = False) -> list[tuple[str, float]]:
+        """Ids and cosines of the ``limit`` of ``ids`` nearest the query, best first."""
+        if not ids or not self.database_exists():
+            return []
+        return self.vector_cache.best_among(scope, ids, self._vector(query), limit, keys=keys)
+
     def vectors(self, scope: Scope, ids: Sequence[str], *, turned: bool = False
                 ) -> dict[str, np.ndarray]:
         """The stored vector of each of ``ids`` that has one (``turned``: see
@@ -120,15 +127,18 @@ class SessionSources:
         rows = {m.id: m for m in self.messages([mid for mid, _ in hits])}
         return [(rows[mid], score) for mid, score in hits if mid in rows]
 
-    def lexical_scores(self, scope: Scope, query: str, limit: int) -> list[tuple[str, float]]:
-        """Ids and BM25 scores of up to ``limit`` committed matching turns, best first."""
+    def lexical_scores(self, scope: Scope, query: str, limit: int,
+                       leave_out: Collection[str] = ()) -> list[tuple[str, float]]:
+        """Ids and BM25 scores of up to ``limit`` committed matching turns, best first
+        (``leave_out``: words not searched, see :func:`lexical.search`)."""
         if not self.database_exists():
             return []
         # The vectors cached for the scope are turns it holds at least: what the search
         # needs to know to leave the scope out of its match (lexical.WHOLE_SHARE).
         known = self.vector_cache.vector_count(scope)
         with self.readers.connection() as conn:
-            return lexical.search(conn, scope, query, limit, scope_turns=known)
+            return lexical.search(conn, scope, query, limit, scope_turns=known,
+                                  leave_out=leave_out)
 
     def waiting_for_vectors(self, scope: Scope) -> int:
         """How many of the scope's committed turns the semantic search cannot see yet
@@ -175,6 +185,17 @@ class SessionSources:
             return set()
         with self.readers.connection() as conn:
             return names.naming(conn, scope, asked, list(ids))
+
+    def named_turns(self, scope: Scope, query: str, limit: int) -> names.Named | None:
+        """Whom ``query`` names that sessions of ``scope`` name too, and up to ``limit`` of
+        those sessions' turns (:func:`names.named_turns`); None when those sessions hold
+        half the scope or more."""
+        asked = names.names(query)
+        if not asked or not self.database_exists():
+            return None
+        most = (self.vector_cache.size(scope) - 1) // 2
+        with self.readers.connection() as conn:
+            return names.named_turns(conn, scope, asked, limit, most)
 
     def load_recent(self, session_id: str, limit: int) -> SessionSnapshot:
         """The session's mark and last ``limit`` committed items, oldest first (what

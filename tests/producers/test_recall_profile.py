@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from memq.producers.ranking.fusion import (
 from memq.producers.ranking.profiles import Hit, Relevance, budgeted, profile_for
 from memq.store.read import lexical as lexical_query
 from memq.store.read.messages import Message
+from memq.store.read.names import Named
 from memq.store.read.scope import Scope
 from tests.embedding_events import send_embeddings
 from tests.faults.hostile import SQL_LOOKING
@@ -259,8 +260,12 @@ class Turns:
         self.bm25, self.cosine = bm25, cosine
         self.asked: list[list[str]] = []
         self.named: set[str] = set()
+        self.named_scope: Named | None = None
+        self.left_out: list[Collection[str]] = []
 
-    def lexical_scores(self, session_id: str, query: str, limit: int) -> list[tuple[str, float]]:
+    def lexical_scores(self, session_id: str, query: str, limit: int,
+                       leave_out: Collection[str] = ()) -> list[tuple[str, float]]:
+        self.left_out.append(leave_out)
         return sorted(self.bm25.items(), key=lambda p: -p[1])[:limit]
 
     def semantic_moments(self, session_id: str, query: str,
@@ -291,6 +296,14 @@ class Turns:
 
     def naming(self, scope: Scope, query: str, ids: Sequence[str]) -> set[str]:
         return {mid for mid in ids if mid in self.named}
+
+    def named_turns(self, scope: Scope, query: str, limit: int) -> Named | None:
+        return self.named_scope
+
+    def best_among(self, scope: Scope, query: str, ids: Sequence[str], limit: int,
+                   *, keys: bool = False) -> list[tuple[str, float]]:
+        found = [(mid, self.cosine[mid]) for mid in ids if mid in self.cosine]
+        return sorted(found, key=lambda p: -p[1])[:limit]
 
 
 class VectorTurns(Turns):
@@ -393,6 +406,31 @@ def test_relevance_prefers_the_sessions_that_name_who_is_asked_about() -> None:
     assert [h.message.id for h in rule.find(turns, Scope("s1"), "q")] == ["03", "05"]  # type: ignore[arg-type]
 
 
+def test_the_sessions_that_name_whom_is_asked_about_are_searched_as_a_scope_of_their_own(
+) -> None:
+    """Two candidates of each kind: the scope's best are elsewhere (00, 01 by words; 05, 06
+    by meaning); the named sessions' own best (10 by words, 11 by meaning) join them, the
+    name is left out of the lexical search, and rule 6 puts them first."""
+    turns = Turns({"00": 9.0, "01": 8.0, "02": 7.0, "10": 1.0},
+                  {"00": 0.5, "05": 0.9, "06": 0.85, "11": 0.6})
+    turns.named = {"10", "11"}
+    turns.named_scope = Named(["caroline"], ["10", "11"])
+    asked = Scope("s1", "user", "u1")
+    rule = relevance(limit=10, candidates=2, neighbour_share=0.0, name_penalty=0.7,
+                     named_turns=100)
+    hits = [h.message.id for h in rule.find(turns, asked, "q")]  # type: ignore[arg-type]
+    assert hits[0] == "11"
+    assert "10" in hits
+    assert turns.left_out == [["caroline"]]
+    without = dataclasses.replace(rule, named_turns=0)
+    hits = [h.message.id for h in without.find(turns, asked, "q")]  # type: ignore[arg-type]
+    assert not {"10", "11"} & set(hits)
+    assert turns.left_out[-1] == ()
+    # Within one session every turn names alike: no scope of its own either.
+    rule.find(turns, Scope("s1"), "q")  # type: ignore[arg-type]
+    assert turns.left_out[-1] == ()
+
+
 # -- end to end --------------------------------------------------------------------------
 
 def recall_client(config: Config, clients: list[MemoryClient], embedder: Embedder | None = None,
@@ -483,7 +521,7 @@ def look_alike(name: str, friend: str, answer: str) -> list[str]:
 
 @pytest.mark.redis
 @pytest.mark.model
-@pytest.mark.parametrize("penalty", [0.0, 0.3])
+@pytest.mark.parametrize("penalty", [0.0, 0.7])
 def test_a_question_about_someone_is_answered_from_the_sessions_that_name_them(
     config: Config, clients: list[MemoryClient], embedder: Embedder, penalty: float
 ) -> None:
@@ -507,7 +545,7 @@ def test_a_question_about_someone_is_answered_from_the_sessions_that_name_them(
     items = wide.get_context("asking", "What did Caroline paint?", scope="user")
     explained = {(ids[item.id], item.scores.get("name_penalty")) for item in items
                  if "recency" not in item.branches}
-    assert explained == ({("first", None), ("second", 0.3)} if penalty
+    assert explained == ({("first", None), ("second", 0.7)} if penalty
                          else {("first", None), ("second", None)})
 
 
