@@ -159,11 +159,15 @@ class Found:
     latency: list[float]
     recall: float | None
     """None where the history is cut inside the originals (their evidence is missing)."""
+    by_conversation: dict[str, float]
+    """The same per original conversation (empty where ``recall`` is None): a setting
+    chosen on some conversations is judged on the others."""
 
 
 def measure(client: MemoryClient, asked: list[Asked], ids: dict[str, str], whole: bool
             ) -> Found:
     latency, recall = [], []
+    by_conversation: dict[str, list[float]] = {}
     for a in asked:
         session = a.conversation.memq_session(None, "user")
         began = time.perf_counter()
@@ -172,7 +176,11 @@ def measure(client: MemoryClient, asked: list[Asked], ids: dict[str, str], whole
         got = {item.id for item in items}
         wanted = [ids.get(f"{a.conversation.session_id}/{e}") for e in a.question.evidence]
         recall.append(sum(1 for w in wanted if w in got) / len(wanted))
-    return Found(latency, float(np.mean(recall)) if whole else None)
+        by_conversation.setdefault(a.conversation.session_id, []).append(recall[-1])
+    if not whole:
+        return Found(latency, None, {})
+    return Found(latency, float(np.mean(recall)),
+                 {name: float(np.mean(r)) for name, r in by_conversation.items()})
 
 
 def baselines(client: MemoryClient, asked: list[Asked]) -> dict[str, list[float]]:
@@ -295,6 +303,9 @@ def report(n: int, turns: int, build_s: float, reused: int, cold: float,
           + (f"; {reused:,} turns carry an earlier copy's vector" if reused else "") + ")")
     print(f"  get_context, user scope   p50 {p50:7.2f} ms  p95 {p95:7.2f} ms   evidence "
           f"recall {'-' if recall is None else f'{recall:.3f}'}   (first call {cold:.2f} s)")
+    if found.by_conversation:
+        print("  evidence recall by conversation: " + ", ".join(
+            f"{name} {r:.3f}" for name, r in found.by_conversation.items()))
     for name, samples in base.items():
         b50, b95 = percentiles_ms(samples)
         print(f"  {name:<25} p50 {b50:7.2f} ms  p95 {b95:7.2f} ms   get_context / it: "

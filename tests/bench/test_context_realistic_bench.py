@@ -29,6 +29,7 @@ def test_the_realistic_bench_prints_latency_recall_baselines_and_memory(
     assert re.search(r"2\d\d turns in one user \(asked for 200; .*; \d+ turns carry an "
                      r"earlier copy's vector\)", out)
     assert re.search(r"evidence recall (0|1)\.\d{3}", out)
+    assert re.search(r"evidence recall by conversation: \S+ (0|1)\.\d{3}", out)
     for line in ("get_context, user scope", "BM25 top-20", "cosine top-20", "BM25 best 1,000"):
         assert len(re.findall(rf"{line} +p50 +[\d.]+ ms +p95 +[\d.]+ ms", out)) == 2, line
     assert re.search(r"vector cache \d+ MiB \(\d+ MiB per 100,000 vectors\)", out)
