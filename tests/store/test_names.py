@@ -156,9 +156,12 @@ def test_any_question_text_is_looked_up_without_an_error(log: EventLog, query: s
     if not log.rows("SELECT 1 FROM messages LIMIT 1"):
         fill(log, [*TURNS, ('Ïsa: "quoted" NEAR(x y) * ^ straße', "s2", "u1")])
     asked = [mid for (mid,) in log.rows("SELECT id FROM messages")]
-    found = names.naming(log.conn, Scope("s1", "user", "u1"), names.names(f"Ask {query}"),
-                         asked)
+    scope = Scope("s1", "user", "u1")
+    found = names.naming(log.conn, scope, names.names(f"Ask {query}"), asked)
     assert found <= set(asked)
+    named = names.named_turns(log.conn, scope, names.names(f"Ask {query}"), 10, most=50)
+    mine = {mid for mid, user in log.rows("SELECT id, user_id FROM messages") if user == "u1"}
+    assert named is None or set(named.turns) <= mine
 
 
 def test_the_named_scope_is_the_naming_sessions_turns_newest_first(log: EventLog) -> None:
