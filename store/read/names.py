@@ -61,7 +61,8 @@ class Named(NamedTuple):
     turns."""
 
     words: list[str]
-    """The names, as :func:`names` gives them."""
+    """The names asked about (as :func:`names` gives them) that the index holds, but for
+    those too common to single anyone out: the sessions hold one of them at least."""
     turns: list[str]
     """Ids of the naming sessions' turns: the sessions that named them last first, each
     session's newest turns first."""
