@@ -178,6 +178,12 @@ def test_the_named_scope_is_the_naming_sessions_turns_newest_first(log: EventLog
     assert names.named_turns(log.conn, scope, ["zyzzyva"], 10, most=50) is None
     assert names.named_turns(log.conn, scope, ["caroline"], 0, most=50) is None
     assert names.named_turns(log.conn, scope, [], 10, most=50) is None
+    # At most MAX_SESSIONS sessions are read: those that named them last.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(names, "MAX_SESSIONS", 1)
+        found = names.named_turns(log.conn, scope, ["melanie"], 10, most=50)
+    assert found is not None
+    assert found.turns == [mids["Avery: Melanie says hi"], mids[TURNS[3][0]], mids[TURNS[2][0]]]
     # Sessions that hold more than `most` turns are most of the scope, not a part of it.
     assert names.named_turns(log.conn, scope, ["caroline"], 10, most=2) is not None
     assert names.named_turns(log.conn, scope, ["caroline"], 10, most=1) is None
