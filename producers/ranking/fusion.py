@@ -1,7 +1,7 @@
 """How the ``recall`` profile weighs lexical and semantic evidence, and neighbouring turns.
 
-Pure functions on what the branches found; no reads here. Six rules, each measured on
-the development conversations (bench/retrieval.py), the last two on one user's long
+Pure functions on what the branches found; no reads here. Seven rules, each measured on
+the development conversations (bench/retrieval.py), the last three on one user's long
 history too (bench/context.py --realistic):
 
 1. *Calibrated similarity.* A raw cosine means different things for different queries

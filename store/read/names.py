@@ -5,7 +5,8 @@ other people. A question about one person ("What did Caroline paint?") is better
 from the sessions where that person is named, and a turn there need not say the name
 itself (her own turns, an answer to her). So the unit is the session: a candidate turn
 counts as naming someone when its session does, and the others lose a share of their score
-(rule 6 of :mod:`producers.ranking.fusion`).
+(rule 6 of :mod:`producers.ranking.fusion`); where those sessions hold less than half of the
+scope, their turns are also searched as a scope of their own (:func:`named_turns`, rule 7).
 
 A name is a word written with a capital that grammar does not explain: not a sentence's
 first word, not "I", not a function word. Names the index finds in no turn, or in more
