@@ -723,6 +723,8 @@ def test_recall_profile_from_the_file() -> None:
     ({"recall_min_z": float("nan")}, "recall_min_z must be between"),
     ({"recall_name_penalty": 1.5}, "recall_name_penalty must be between 0.0 and 1.0"),
     ({"recall_name_penalty": -0.1}, "recall_name_penalty must be between 0.0 and 1.0"),
+    ({"recall_named_turns": -1}, "recall_named_turns must be at least 0"),
+    ({"recall_named_turns": 2.5}, "recall_named_turns must be int"),
     ({"recall_min_z": "high"}, "recall_min_z must be float"),
     ({"recall_budget": 2.5}, "recall_budget must be int"),
     ({"recall_neighbours": 1}, "unknown key(s) in [retrieval]: recall_neighbours"),
