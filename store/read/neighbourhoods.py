@@ -41,13 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from memq.store.read.vector_index import (
-    FIT_SAMPLE,
-    REFIT_GROWTH,
-    VectorIndex,
-    best_first,
-    principal_axes,
-)
+from memq.store.read.vector_index import FIT_SAMPLE, REFIT_GROWTH, VectorIndex, principal_axes
 
 PROJECT_FROM = 32_768
 """Keys a scope needs before its index keeps them projected. Below, full keys take at most
@@ -131,9 +125,7 @@ class Neighbourhoods:
             return self.index.search(query, threshold, limit)
         coarse = self.index.leaders(np.asarray(query, dtype=np.float32) @ self._axes,
                                     CANDIDATES_PER_RESULT * limit, LEADERS)
-        exact = self.scores(coarse, query)
-        best = sorted(((-score, i) for i, score in exact.items() if score > threshold))
-        return [(message_id, -negated) for negated, message_id in best[:limit]]
+        return _best(self.scores(coarse, query), limit, threshold)
 
     def scores(self, ids: Iterable[str], query: np.ndarray) -> dict[str, float]:
         """The dot product of ``query`` with the key of each of ``ids`` that has one."""
@@ -158,7 +150,7 @@ class Neighbourhoods:
             return self.index.best_among(ids, query, limit)
         coarse = self.index.best_among(ids, np.asarray(query, dtype=np.float32) @ self._axes,
                                        CANDIDATES_PER_RESULT * limit)
-        return best_first(self.scores([i for i, _ in coarse], query), limit)
+        return _best(self.scores([i for i, _ in coarse], query), limit)
 
     def moments(self, query: np.ndarray) -> tuple[float, float] | None:
         """Mean and spread of ``query``'s dot product with the keys (see VectorIndex)."""
@@ -303,3 +295,11 @@ class Neighbourhoods:
             self.index.upsert(chunk, self._keys(chunk, self.turns.vectors) @ self._axes,
                               fit=False)
         self._projected_rows, self._sample = len(present), None
+
+
+def _best(exact: dict[str, float], limit: int, threshold: float = -np.inf
+          ) -> list[tuple[str, float]]:
+    """The best ``limit`` of ``exact`` (id -> score) above ``threshold``, best first; a tie
+    to the smaller id."""
+    best = sorted((-score, i) for i, score in exact.items() if score > threshold)
+    return [(message_id, -negated) for negated, message_id in best[:limit]]

@@ -29,7 +29,6 @@ symmetric Gaussian noise drawn afresh and never kept (:func:`principal_axes`).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
@@ -314,17 +313,23 @@ class VectorIndex:
 
     def scores(self, ids: Iterable[str], query: np.ndarray) -> dict[str, float]:
         """The dot product of ``query`` with each of ``ids`` that is in the set."""
-        found = {i: self._pos[i] for i in ids if i in self._pos}
-        if not found:
-            return {}
-        rows = np.fromiter(found.values(), dtype=np.int64, count=len(found))
-        values = self._precise(rows, self._split(query))
+        found, values = self._scored(ids, query)
         return {message_id: float(v) for message_id, v in zip(found, values, strict=True)}
 
     def best_among(self, ids: Iterable[str], query: np.ndarray, limit: int
                    ) -> list[tuple[str, float]]:
-        """The ``limit`` of ``ids`` (those in the set) nearest ``query``, best first."""
-        return best_first(self.scores(ids, query), limit)
+        """The ``limit`` of ``ids`` (those in the set) nearest ``query``, best first; a tie
+        to the one given first."""
+        found, values = self._scored(ids, query)
+        return [(found[k], float(values[k])) for k in _best_first(values, limit)]
+
+    def _scored(self, ids: Iterable[str], query: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """Those of ``ids`` in the set, once each, and their dot products with ``query``."""
+        found = {i: self._pos[i] for i in ids if i in self._pos}
+        if not found:
+            return [], np.empty(0)
+        rows = np.fromiter(found.values(), dtype=np.int64, count=len(found))
+        return list(found), self._precise(rows, self._split(query))
 
     def vectors(self, ids: Iterable[str]) -> np.ndarray:
         """The stored vectors of those of ``ids`` that are in the set, in their order (one
@@ -392,12 +397,6 @@ class VectorIndex:
         if self._rotation is not None:
             q = q @ self._rotation
         return [np.ascontiguousarray(q[lo:hi]) for lo, hi in self.spans]
-
-
-def best_first(scores: dict[str, float], limit: int) -> list[tuple[str, float]]:
-    """The ``limit`` best of ``scores`` (id -> score), best first; a tie to the larger id,
-    so the order never depends on the dict's."""
-    return heapq.nlargest(limit, scores.items(), key=lambda item: (item[1], item[0]))
 
 
 def principal_axes(sample: np.ndarray, noise: float | None = None,
