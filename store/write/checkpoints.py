@@ -23,6 +23,7 @@ from memq.store.connection import CHECKPOINT_PAGES, open_connection
 
 logger = logging.getLogger("memq.writer")
 
+
 class Checkpoints:
     """The thread that checkpoints ``writer``'s database; :meth:`close` before the writer's
     connection closes."""
