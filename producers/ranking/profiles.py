@@ -143,9 +143,11 @@ class Sources(Protocol):
         turns of those sessions, newest first; None when no session names them."""
         ...
 
-    def naming(self, scope: Scope, query: str, ids: Sequence[str]) -> set[str]:
+    def naming(self, scope: Scope, query: str, ids: Sequence[str],
+               sessions: Collection[str] | None = None) -> set[str]:
         """Those of ``ids`` whose session names someone ``query`` names (see
-        :mod:`store.read.names`); empty when it names no one a session of the scope does."""
+        :mod:`store.read.names`); empty when it names no one a session of the scope does.
+        ``sessions``: those sessions, when already known (:attr:`Named.sessions`)."""
         ...
 
 
@@ -330,7 +332,7 @@ class Relevance:
                                           np.array(list(found.values())), self.feedback)
             if moved is not None:  # the named scope's best are the first round's already
                 first = fusion.best_of(first, self._round(sources, scope, bm25, moved, None))
-        return self._named(sources, scope, query, first)
+        return self._named(sources, scope, query, first, named)
 
     def _named_scope(self, sources: Sources, scope: Scope, query: str) -> Named | None:
         """Rule 7 of :mod:`producers.ranking.fusion`: whom the question names that some
@@ -364,13 +366,14 @@ class Relevance:
                            self.lexical_weight, self.min_z)
 
     def _named(self, sources: Sources, scope: Scope, query: str,
-               ranked: list[fusion.Candidate]) -> list[fusion.Candidate]:
+               ranked: list[fusion.Candidate], named: Named | None) -> list[fusion.Candidate]:
         """Rule 6 of :mod:`producers.ranking.fusion`: the candidates of sessions that name no
         one ``query`` names lose a share, when others do; not within one session, where
-        every turn names alike."""
+        every turn names alike. The named scope (``named``) knows those sessions already."""
         if self.name_penalty <= 0 or scope.kind == "session" or not ranked:
             return ranked
-        naming = sources.naming(scope, query, [c.id for c in ranked])
+        naming = sources.naming(scope, query, [c.id for c in ranked],
+                                named.sessions if named else None)
         return fusion.named(ranked, naming, self.name_penalty)
 
 

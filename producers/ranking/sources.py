@@ -178,12 +178,16 @@ class SessionSources:
         """The cross-encoder's score of each (query, text); None without a reranker."""
         return None if self.reranker is None else self.reranker.scores(query, texts)
 
-    def naming(self, scope: Scope, query: str, ids: Sequence[str]) -> set[str]:
-        """Those of ``ids`` whose session names someone ``query`` names."""
+    def naming(self, scope: Scope, query: str, ids: Sequence[str],
+               sessions: Collection[str] | None = None) -> set[str]:
+        """Those of ``ids`` whose session names someone ``query`` names (``sessions``: those
+        sessions, when the named scope has found them already)."""
         asked = names.names(query)
         if not asked or not ids or not self.database_exists():
             return set()
         with self.readers.connection() as conn:
+            if sessions is not None:
+                return names.in_sessions(conn, list(ids), sessions)
             return names.naming(conn, scope, asked, list(ids))
 
     def named_turns(self, scope: Scope, query: str, limit: int) -> names.Named | None:

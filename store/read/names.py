@@ -17,6 +17,7 @@ than :data:`~store.read.lexical.COMMON_SHARE` of them (the user's own name, say)
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import NamedTuple
 
 import apsw
@@ -43,6 +44,13 @@ _NAMING = f"""
     WHERE m.session_id IN (
         SELECT n.session_id FROM messages_fts JOIN messages n ON n.seq = messages_fts.rowid
         WHERE messages_fts MATCH :match AND {{scope}} AND {visible("n")})"""
+
+
+# What :func:`naming` gives, once the naming sessions are known (:attr:`Named.sessions`).
+_IN_SESSIONS = """
+    SELECT m.id FROM json_each(:ids) AS wanted
+    CROSS JOIN messages m ON m.id = wanted.value
+    WHERE m.session_id IN (SELECT value FROM json_each(:sessions))"""
 
 
 MAX_SESSIONS = 256
@@ -72,6 +80,9 @@ class Named(NamedTuple):
     turns: list[str]
     """Ids of the naming sessions' turns: the sessions that named them last first, each
     session's newest turns first."""
+    sessions: frozenset[str] | None = None
+    """Every session of the scope that names them, for rule 6 (:func:`in_sessions`); None
+    when there are more than :data:`MAX_SESSIONS` (only the latest were read)."""
 
 
 def names(query: str) -> list[str]:
@@ -105,6 +116,17 @@ def naming(conn: apsw.Connection, scope: Scope, words: list[str], ids: list[str]
     return {str(row[0]) for row in rows}
 
 
+def in_sessions(conn: apsw.Connection, ids: list[str], sessions: Collection[str]) -> set[str]:
+    """Those of ``ids`` whose session is one of ``sessions``: what :func:`naming` gives
+    when the sessions are those that name whom it asks about (:attr:`Named.sessions`),
+    without reading every turn that names them a second time."""
+    if not ids or not sessions:
+        return set()
+    rows = conn.execute(_IN_SESSIONS, {"ids": orjson.dumps(ids).decode(),
+                                       "sessions": orjson.dumps(sorted(sessions)).decode()})
+    return {str(row[0]) for row in rows}
+
+
 def named_turns(conn: apsw.Connection, scope: Scope, words: list[str], limit: int,
                 most: int) -> Named | None:
     """Up to ``limit`` turns of the sessions of ``scope`` that hold one of ``words`` (names
@@ -119,16 +141,17 @@ def named_turns(conn: apsw.Connection, scope: Scope, words: list[str], limit: in
             rare = lexical.uncommon(conn, words, missing=[], most=MOST_TURNS)
             if not rare:
                 return None
-            sessions = conn.execute(_NAMING_SESSIONS.format(scope=scope.condition("n")), {
+            rows = conn.execute(_NAMING_SESSIONS.format(scope=scope.condition("n")), {
                 **scope.params(), "match": lexical.content_expression(rare),
-                "sessions": MAX_SESSIONS}).fetchall()
-            turns = _turns_of(conn, scope, [str(row[0]) for row in sessions],
-                              min(limit, most + 1))
+                "sessions": MAX_SESSIONS + 1}).fetchall()
+            sessions = [str(row[0]) for row in rows]
+            turns = _turns_of(conn, scope, sessions[:MAX_SESSIONS], min(limit, most + 1))
     except apsw.SQLError as exc:
         if "no such table" in str(exc):
             return None  # a database the writer has not migrated yet: no index
         raise
-    return Named(rare, turns) if 0 < len(turns) <= most else None
+    every = frozenset(sessions) if len(sessions) <= MAX_SESSIONS else None
+    return Named(rare, turns, every) if 0 < len(turns) <= most else None
 
 
 def _turns_of(conn: apsw.Connection, scope: Scope, sessions: list[str], limit: int

@@ -262,6 +262,7 @@ class Turns:
         self.named: set[str] = set()
         self.named_scope: Named | None = None
         self.left_out: list[Collection[str]] = []
+        self.naming_sessions: list[Collection[str] | None] = []
 
     def lexical_scores(self, session_id: str, query: str, limit: int,
                        leave_out: Collection[str] = ()) -> list[tuple[str, float]]:
@@ -294,7 +295,9 @@ class Turns:
                 *, turned: bool = False) -> dict[str, np.ndarray]:
         return {}  # the semantic scores are given: no vectors behind them
 
-    def naming(self, scope: Scope, query: str, ids: Sequence[str]) -> set[str]:
+    def naming(self, scope: Scope, query: str, ids: Sequence[str],
+               sessions: Collection[str] | None = None) -> set[str]:
+        self.naming_sessions.append(sessions)
         return {mid for mid in ids if mid in self.named}
 
     def named_turns(self, scope: Scope, query: str, limit: int) -> Named | None:
@@ -414,7 +417,7 @@ def test_the_sessions_that_name_whom_is_asked_about_are_searched_as_a_scope_of_t
     turns = Turns({"00": 9.0, "01": 8.0, "02": 7.0, "10": 1.0},
                   {"00": 0.5, "05": 0.9, "06": 0.85, "11": 0.6})
     turns.named = {"10", "11"}
-    turns.named_scope = Named(["caroline"], ["10", "11"])
+    turns.named_scope = Named(["caroline"], ["10", "11"], frozenset({"s7"}))
     asked = Scope("s1", "user", "u1")
     rule = relevance(limit=10, candidates=2, neighbour_share=0.0, name_penalty=0.7,
                      named_turns=100)
@@ -422,10 +425,12 @@ def test_the_sessions_that_name_whom_is_asked_about_are_searched_as_a_scope_of_t
     assert hits[0] == "11"
     assert "10" in hits
     assert turns.left_out == [["caroline"]]
+    assert turns.naming_sessions == [frozenset({"s7"})]  # rule 6 is told the sessions found
     without = dataclasses.replace(rule, named_turns=0)
     hits = [h.message.id for h in without.find(turns, asked, "q")]  # type: ignore[arg-type]
     assert not {"10", "11"} & set(hits)
     assert turns.left_out[-1] == ()
+    assert turns.naming_sessions[-1] is None  # and without them looks them up itself
     # Within one session every turn names alike: no scope of its own either.
     rule.find(turns, Scope("s1"), "q")  # type: ignore[arg-type]
     assert turns.left_out[-1] == ()

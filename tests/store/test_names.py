@@ -169,7 +169,8 @@ def test_the_named_scope_is_the_naming_sessions_turns_newest_first(log: EventLog
     mids = ids_of(log)
     scope = Scope("s9", "user", "u1")
     found = names.named_turns(log.conn, scope, ["caroline", "zyzzyva"], 10, most=50)
-    assert found == names.Named(["caroline"], [mids[TURNS[1][0]], mids[TURNS[0][0]]])
+    assert found == names.Named(["caroline"], [mids[TURNS[1][0]], mids[TURNS[0][0]]],
+                                frozenset({"s1"}))
     # s2 named Melanie last: its turns come first, and the limit cuts s1's.
     found = names.named_turns(log.conn, scope, ["melanie"], 4, most=50)
     assert found is not None
@@ -184,6 +185,9 @@ def test_the_named_scope_is_the_naming_sessions_turns_newest_first(log: EventLog
         found = names.named_turns(log.conn, scope, ["melanie"], 10, most=50)
     assert found is not None
     assert found.turns == [mids["Avery: Melanie says hi"], mids[TURNS[3][0]], mids[TURNS[2][0]]]
+    assert found.sessions is None  # two sessions name her: which are all, it cannot say
+    assert names.in_sessions(log.conn, [], {"s1"}) == set()
+    assert names.in_sessions(log.conn, list(mids.values()), set()) == set()
     # Sessions that hold more than `most` turns are most of the scope, not a part of it.
     assert names.named_turns(log.conn, scope, ["caroline"], 10, most=2) is not None
     assert names.named_turns(log.conn, scope, ["caroline"], 10, most=1) is None
@@ -222,5 +226,10 @@ def test_the_named_scope_is_what_a_model_of_it_gives(
         assert (found.turns if found else []) == expected
         if found:
             assert set(found.words) <= set(asked)
+            assert found.sessions == set(last)
+            # Rule 6 asks the sessions found rather than the index again: the same answer.
+            candidates = [mid for mid, _, _ in mine]
+            assert names.in_sessions(log.conn, candidates, found.sessions) == names.naming(
+                log.conn, scope, list(dict.fromkeys(asked)), candidates)
     finally:
         log.close()
