@@ -11,14 +11,15 @@ scope, their turns are also searched as a scope of their own (:func:`named_turns
 A name is a word written with a capital that grammar does not explain: not a sentence's
 first word, not "I", not a function word. Names the index finds in no turn, or in more
 than :data:`~store.read.lexical.COMMON_SHARE` of them (the user's own name, say) or
-:data:`MOST_TURNS`, single out nothing and are not looked for.
+:data:`MOST_TURNS`, or in more than :data:`MAX_SESSIONS` of the scope's sessions, single
+out nothing and are not looked for.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import apsw
 import orjson
@@ -38,15 +39,7 @@ eight)."""
 
 _SENTENCE = re.compile(r"[.!?;:\n]+")
 
-_NAMING = f"""
-    SELECT m.id FROM json_each(:ids) AS wanted
-    CROSS JOIN messages m ON m.id = wanted.value
-    WHERE m.session_id IN (
-        SELECT n.session_id FROM messages_fts JOIN messages n ON n.seq = messages_fts.rowid
-        WHERE messages_fts MATCH :match AND {{scope}} AND {visible("n")})"""
-
-
-# What :func:`naming` gives, once the naming sessions are known (:attr:`Named.sessions`).
+# Which of the candidates are turns of the naming sessions.
 _IN_SESSIONS = """
     SELECT m.id FROM json_each(:ids) AS wanted
     CROSS JOIN messages m ON m.id = wanted.value
@@ -54,14 +47,19 @@ _IN_SESSIONS = """
 
 
 MAX_SESSIONS = 256
-"""The named scope reads at most this many sessions, those that named them last: each
-costs a read of its own (in a history of 100,119 turns, one turn from each of 2,000
-sessions took 41 ms; 2,000 turns from sessions of ~20 turns, 3 ms)."""
+"""A word said in more of a scope's sessions than this is no name that singles anyone out
+(an acronym, a nickname every copy of a conversation uses: in a history of 100,119 turns,
+"LGBTQ" and "Mel" were said in more, and reading their matches and the turns of 256 of
+their sessions took a call's slowest named scopes 8-16 ms). And the named scope reads at
+most this many sessions, those that named them last: each costs a read of its own (one
+turn from each of 2,000 sessions took 41 ms; 2,000 turns of ~20-turn sessions, 3 ms)."""
 
-_NAMING_SESSIONS = f"""
-    SELECT n.session_id FROM messages_fts JOIN messages n ON n.seq = messages_fts.rowid
+# Per word, so that a word said in too many sessions can be told apart from the others.
+_WORD_SESSIONS = f"""
+    SELECT n.session_id, max(n.seq)
+    FROM messages_fts JOIN messages n ON n.seq = messages_fts.rowid
     WHERE messages_fts MATCH :match AND {{scope}} AND {visible("n")}
-    GROUP BY n.session_id ORDER BY max(n.seq) DESC LIMIT :sessions"""
+    GROUP BY n.session_id LIMIT :sessions"""
 
 # The session's index gives its turns newest first, so a session costs the turns taken.
 _SESSION_TURNS = f"""
@@ -80,9 +78,9 @@ class Named(NamedTuple):
     turns: list[str]
     """Ids of the naming sessions' turns: the sessions that named them last first, each
     session's newest turns first."""
-    sessions: frozenset[str] | None = None
-    """Every session of the scope that names them, for rule 6 (:func:`in_sessions`); None
-    when there are more than :data:`MAX_SESSIONS` (only the latest were read)."""
+    sessions: frozenset[str]
+    """Every session of the scope that names them (rule 6 tests its candidates against
+    them, :func:`in_sessions`); only the latest :data:`MAX_SESSIONS` are read."""
 
 
 def names(query: str) -> list[str]:
@@ -99,21 +97,17 @@ def names(query: str) -> list[str]:
 def naming(conn: apsw.Connection, scope: Scope, words: list[str], ids: list[str]
            ) -> set[str]:
     """Those of ``ids`` (turns of ``scope``) whose session holds one of ``words`` (names as
-    :func:`names` gives them), those too common to single anyone out left aside."""
+    :func:`names` gives them), those that single out no one left aside."""
     if not words or not ids:
         return set()
     try:
-        rare = lexical.uncommon(conn, words, missing=[], most=MOST_TURNS)
-        if not rare:
-            return set()
-        rows = conn.execute(_NAMING.format(scope=scope.condition("n")), {
-            **scope.params(), "ids": orjson.dumps(ids).decode(),
-            "match": lexical.content_expression(rare)}).fetchall()
+        with conn:  # one snapshot: the sessions found and the candidates tested
+            found = in_sessions(conn, ids, _naming_sessions(conn, scope, words)[1])
     except apsw.SQLError as exc:
         if "no such table" in str(exc):
             return set()  # a database the writer has not migrated yet: no index
         raise
-    return {str(row[0]) for row in rows}
+    return found
 
 
 def in_sessions(conn: apsw.Connection, ids: list[str], sessions: Collection[str]) -> set[str]:
@@ -138,20 +132,34 @@ def named_turns(conn: apsw.Connection, scope: Scope, words: list[str], limit: in
         return None
     try:
         with conn:  # one snapshot: the sessions found and the turns read
-            rare = lexical.uncommon(conn, words, missing=[], most=MOST_TURNS)
-            if not rare:
-                return None
-            rows = conn.execute(_NAMING_SESSIONS.format(scope=scope.condition("n")), {
-                **scope.params(), "match": lexical.content_expression(rare),
-                "sessions": MAX_SESSIONS + 1}).fetchall()
-            sessions = [str(row[0]) for row in rows]
-            turns = _turns_of(conn, scope, sessions[:MAX_SESSIONS], min(limit, most + 1))
+            said, latest = _naming_sessions(conn, scope, words)
+            last_first = sorted(latest, key=lambda session: -latest[session])
+            turns = _turns_of(conn, scope, last_first[:MAX_SESSIONS], min(limit, most + 1))
     except apsw.SQLError as exc:
         if "no such table" in str(exc):
             return None  # a database the writer has not migrated yet: no index
         raise
-    every = frozenset(sessions) if len(sessions) <= MAX_SESSIONS else None
-    return Named(rare, turns, every) if 0 < len(turns) <= most else None
+    return Named(said, turns, frozenset(latest)) if 0 < len(turns) <= most else None
+
+
+def _naming_sessions(conn: apsw.Connection, scope: Scope, words: list[str]
+                     ) -> tuple[list[str], dict[str, int]]:
+    """Those of ``words`` that single someone out in ``scope``, and the sessions that say
+    them, each with the position of its latest turn that does. A word singles no one out
+    if the index holds it in no turn, or in too many (:func:`lexical.uncommon`,
+    :data:`MOST_TURNS`), or if more than :data:`MAX_SESSIONS` of the scope's sessions say
+    it; nor does one that none of them says."""
+    sql = _WORD_SESSIONS.format(scope=scope.condition("n"))
+    said: list[str] = []
+    latest: dict[str, int] = {}
+    for word in lexical.uncommon(conn, words, missing=[], most=MOST_TURNS):
+        rows = conn.execute(sql, {**scope.params(), "sessions": MAX_SESSIONS + 1,
+                                  "match": lexical.content_expression([word])}).fetchall()
+        if 0 < len(rows) <= MAX_SESSIONS:
+            said.append(word)
+            for session, seq in rows:
+                latest[str(session)] = max(latest.get(str(session), 0), cast("int", seq))
+    return said, latest
 
 
 def _turns_of(conn: apsw.Connection, scope: Scope, sessions: list[str], limit: int

@@ -179,13 +179,17 @@ def test_the_named_scope_is_the_naming_sessions_turns_newest_first(log: EventLog
     assert names.named_turns(log.conn, scope, ["zyzzyva"], 10, most=50) is None
     assert names.named_turns(log.conn, scope, ["caroline"], 0, most=50) is None
     assert names.named_turns(log.conn, scope, [], 10, most=50) is None
-    # At most MAX_SESSIONS sessions are read: those that named them last.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(names, "MAX_SESSIONS", 1)
-        found = names.named_turns(log.conn, scope, ["melanie"], 10, most=50)
+        # A word more sessions say than MAX_SESSIONS is no name that singles anyone out.
+        assert names.named_turns(log.conn, scope, ["melanie"], 10, most=50) is None
+        assert names.naming(log.conn, scope, ["melanie"], list(mids.values())) == set()
+        # Two names of one session each: only the session that named one last is read,
+        # and rule 6 is told both.
+        found = names.named_turns(log.conn, scope, ["caroline", "rowan"], 10, most=50)
     assert found is not None
     assert found.turns == [mids["Avery: Melanie says hi"], mids[TURNS[3][0]], mids[TURNS[2][0]]]
-    assert found.sessions is None  # two sessions name her: which are all, it cannot say
+    assert found.sessions == {"s1", "s2"}
     assert names.in_sessions(log.conn, [], {"s1"}) == set()
     assert names.in_sessions(log.conn, list(mids.values()), set()) == set()
     # Sessions that hold more than `most` turns are most of the scope, not a part of it.
@@ -194,42 +198,50 @@ def test_the_named_scope_is_the_naming_sessions_turns_newest_first(log: EventLog
     assert names.named_turns(log.conn, scope, ["caroline"], 1, most=1) is not None
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(turns=st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
                                 st.sampled_from(SESSIONS)), min_size=1, max_size=20),
        asked=st.lists(st.sampled_from(WORDS), max_size=3),
        scope=st.sampled_from([Scope("s1", "user", "u1"), Scope("s4", "user", "u2")]),
-       limit=st.integers(1, 25), most=st.integers(0, 25))
+       limit=st.integers(1, 25), most=st.integers(0, 25), cap=st.integers(1, 4))
 def test_the_named_scope_is_what_a_model_of_it_gives(
     tmp_path_factory: pytest.TempPathFactory, turns: list[tuple[list[str], tuple[str, str]]],
-    asked: list[str], scope: Scope, limit: int, most: int,
+    asked: list[str], scope: Scope, limit: int, most: int, cap: int,
 ) -> None:
-    """The scope's sessions holding an asked word, the one that said it last first; each
-    session's turns newest first; the first ``limit`` of those; none if they are more
-    than ``most`` (and ``limit`` is not)."""
+    """The asked words that at most ``cap`` (MAX_SESSIONS) of the scope's sessions say;
+    those sessions, the one that said one last first, and of the first ``cap`` of them
+    each session's turns newest first; the first ``limit`` of those; none if they are
+    more than ``most`` (and ``limit`` is not). Rule 6 is told every such session."""
     log = EventLog(tmp_path_factory.mktemp("named"))
     try:
         fill(log, [(" ".join(words), session, user) for words, (session, user) in turns])
         rows = log.rows("SELECT id, session_id, user_id, content FROM messages ORDER BY seq")
         mine = [(mid, session, text) for mid, session, user, text in rows
                 if user == scope.user_id]
+        saying = {word: {session for _, session, text in mine if word in text.split()}
+                  for word in asked}
+        said = {word for word, sessions in saying.items() if 0 < len(sessions) <= cap}
         last: dict[str, int] = {}
         for at, (_, session, text) in enumerate(mine):
-            if set(text.split()) & set(asked):
+            if set(text.split()) & said:
                 last[session] = at
-        order = sorted(last, key=lambda session: -last[session])
+        order = sorted(last, key=lambda session: -last[session])[:cap]
         expected = [mid for session in order
                     for mid, held, _ in reversed(mine) if held == session]
         expected = expected[:limit] if limit <= most or len(expected) <= most else []
-        found = names.named_turns(log.conn, scope, list(dict.fromkeys(asked)), limit, most)
+        words = list(dict.fromkeys(asked))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(names, "MAX_SESSIONS", cap)
+            found = names.named_turns(log.conn, scope, words, limit, most)
+            candidates = [mid for mid, _, _ in mine]
+            naming = names.naming(log.conn, scope, words, candidates)
         assert (found.turns if found else []) == expected
+        assert naming == {mid for mid, session, _ in mine if session in last}
         if found:
-            assert set(found.words) <= set(asked)
+            assert set(found.words) == said
             assert found.sessions == set(last)
             # Rule 6 asks the sessions found rather than the index again: the same answer.
-            candidates = [mid for mid, _, _ in mine]
-            assert names.in_sessions(log.conn, candidates, found.sessions) == names.naming(
-                log.conn, scope, list(dict.fromkeys(asked)), candidates)
+            assert names.in_sessions(log.conn, candidates, found.sessions) == naming
     finally:
         log.close()
