@@ -164,7 +164,11 @@ class Neighbourhoods:
                 return None
             sample = self._sample = _Sample(self.turns.basis, len(self.index),
                                             self._keys(spaced, self.turns.stored))
-        scores = sample.keys.astype(np.float64) @ self.turns.turned(query).astype(np.float64)
+        # In float32, as the index's own moments: a float64 copy of the sample (6 MB) on
+        # every call cost more than the product, and the moments moved by 2e-9 (200
+        # questions at 100,119 turns: the same answers, p95 -1.9 ms).
+        turned = self.turns.turned(query).astype(np.float32)
+        scores = np.asarray(sample.keys @ turned, dtype=np.float64)
         return float(scores.mean()), float(scores.std())
 
     # -- changing the set ---------------------------------------------------------------
