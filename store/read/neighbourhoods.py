@@ -131,7 +131,8 @@ class Neighbourhoods:
         """The dot product of ``query`` with the key of each of ``ids`` that has one."""
         if self._axes is None:
             return self.index.scores(ids, query)
-        present = sorted({i for i in ids if i in self._place and i in self.turns})
+        held, place = self.turns.positions, self._place
+        present = sorted({i for i in ids if i in place and i in held})
         if not present:
             return {}
         keys = self._keys(present, self.turns.stored).astype(np.float64)
@@ -270,9 +271,10 @@ class Neighbourhoods:
         # turns reads ~250 keys four times.
         rows: tuple[list[int], list[int]] = ([], [])
         beside: tuple[list[str], list[str]] = ([], [])
+        held = self.turns.positions
         for row, message_id in enumerate(present):
             for side, neighbour in enumerate(self._sides(message_id)):
-                if neighbour is not None and neighbour in self.turns:
+                if neighbour is not None and neighbour in held:
                     rows[side].append(row)
                     beside[side].append(neighbour)
         found = vectors_of([*present, *beside[0], *beside[1]])
