@@ -220,3 +220,27 @@ def test_the_moments_sample_is_taken_again_as_the_set_grows_not_at_each_turn(
     add(60, 1)  # past a tenth more
     keys.moments(q)
     assert keys._sample is not taken
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 4), st.sampled_from("abcde")),
+                max_size=40))
+def test_a_sessions_order_is_that_of_seq_then_id_whatever_the_ties(
+    steps: list[tuple[bool, int, str]],
+) -> None:
+    """A model: the session's (seq, id) pairs, sorted; seqs may tie (ids then decide)."""
+    order, model = neighbourhoods._Order(), set[tuple[int, str]]()
+    for add, seq, message_id in steps:
+        if add and (seq, message_id) not in model:
+            order.insert(seq, message_id)
+            model.add((seq, message_id))
+        elif not add and (seq, message_id) in model:
+            order.remove(seq, message_id)
+            model.discard((seq, message_id))
+        expected = sorted(model)
+        assert order.ids == [i for _, i in expected]
+        assert order.seqs == [s for s, _ in expected]
+        for at, (s, i) in enumerate(expected):
+            before = expected[at - 1][1] if at > 0 else None
+            after = expected[at + 1][1] if at + 1 < len(expected) else None
+            assert order.sides(s, i) == (before, after)
