@@ -499,22 +499,32 @@ WORDS = ["cat", "miso", "tokyo", "flight", "paint", "lake"]
 @given(turns=st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
                       min_size=1, max_size=12),
        query=st.lists(st.sampled_from([*WORDS, "zyzzyva"]), min_size=1, max_size=5),
-       share=st.floats(0.0, 1.0))
+       share=st.floats(0.0, 1.0), most=st.integers(1, 14))
 def test_a_search_finds_the_turns_of_its_rare_words_or_else_of_all(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
-    turns: list[list[str]], query: list[str], share: float
+    turns: list[list[str]], query: list[str], share: float, most: int
 ) -> None:
     """A model of the rule: the words some turn holds and at most ``share`` of the turns
-    do, if any; else every word. The search finds exactly the turns holding one."""
+    do, if any; else those some turn holds, else every word; of those, rarest first, as
+    many as hold ``most`` turns in all (the rarest always). The search finds exactly the
+    turns holding one."""
     monkeypatch.setattr(lexical_query, "COMMON_FLOOR", 0)
     monkeypatch.setattr(lexical_query, "COMMON_SHARE", share)
+    monkeypatch.setattr(lexical_query, "MOST_MATCHES", most)
     log = EventLog(tmp_path_factory.mktemp("rare"))
     try:
         ids = record(log, *[" ".join(words) for words in turns])
         holding = {w: {i for i, words in zip(ids, turns, strict=True) if w in words}
                    for w in dict.fromkeys(query)}
-        rare = [w for w, found in holding.items() if 0 < len(found) <= share * len(turns)]
-        expected = set().union(*(holding[w] for w in (rare or holding)))
+        held = [w for w, found in holding.items() if found]
+        rare = [w for w in held if len(holding[w]) <= share * len(turns)]
+        chosen, total = [], 0
+        for word in sorted(rare or held or list(holding), key=lambda w: len(holding[w])):
+            total += len(holding[word])
+            if chosen and total > most:
+                break
+            chosen.append(word)
+        expected = set().union(*(holding[w] for w in chosen))
         assert set(search(log, " ".join(query), limit=100)) == expected
     finally:
         log.close()
