@@ -112,11 +112,11 @@ MOST_MATCHES = 40_000
 """The turns a query's words may hold in all: past it, its commoner words are left out, the
 rarest searched first (and always). FTS5 scores every match to rank them, so this bounds
 a search however long the history. It binds only in very long ones: at 100,119 turns of
-bench/context.py --realistic's history it changed none of 200 answers; at 1,000,158
-(calls alternated in one process) get_context's
-p50 / p95 went from 57.1 / 101.9 to 54.1 / 82.7 ms with recall 0.713 against 0.715; a
-tighter bound cost recall there (20,000: 0.700 against 0.718, 10,000: 0.688), the words of
-a question being said in every copy of its conversation."""
+bench/context.py --realistic's history it changed none of 200 answers; at 1,000,158 (calls
+alternated in one process) get_context's p50 / p95 went from 57.1 / 101.9 to 54.1 / 82.7
+ms with recall 0.713 against 0.715; a tighter bound cost recall there (20,000: 0.700
+against 0.718, 10,000: 0.688), the words of a question being said in every copy of its
+conversation."""
 
 _DOCUMENTS = "SELECT doc FROM messages_fts_vocab WHERE term = ?"
 # An upper bound of the indexed turns, read in one index step (a count reads them all):
@@ -150,7 +150,8 @@ def rare_terms(conn: apsw.Connection, words: list[str]) -> list[str]:
     if counts is None:
         return words
     held = [w for w in words if counts[w] > 0]
-    chosen = [w for w in held if counts[w] <= _common_limit(conn)] or held or words
+    limit = _common_limit(conn)
+    chosen = [w for w in held if counts[w] <= limit] or held or words
     return _within(chosen, counts, MOST_MATCHES)
 
 
