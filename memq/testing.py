@@ -12,6 +12,7 @@ so it is not part of the contract that workers and producers import::
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -48,6 +49,10 @@ a range of their own, below the kernel's ephemeral range: a port the kernel hand
 process for ``bind(0)`` could be handed to another before the first one's server binds it,
 and the two would then talk to each other's servers."""
 
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=64)
+"""Ports this process handed out lately: a test that asks for two ports before it starts
+either server must not get the same one twice."""
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now (in this test process's
@@ -57,8 +62,11 @@ def free_port() -> int:
         return _bindable(0)
     low = PORT_BASE + int(worker[2:]) * PORTS_PER_PROCESS
     for port in random.sample(range(low, low + PORTS_PER_PROCESS), 100):
+        if port in _HANDED_OUT:
+            continue
         with contextlib.suppress(OSError):
-            return _bindable(port)
+            _HANDED_OUT.append(_bindable(port))
+            return port
     raise MemqError(f"no free port in {low}-{low + PORTS_PER_PROCESS - 1}")
 
 

@@ -160,7 +160,7 @@ def test_a_page_of_another_origin_cannot_empty_a_queue(
 
     queue(names.QUEUE_EMBED, redis.Redis.from_url(redis_url)).enqueue(
         "memq.workers.embed.embed_messages", "m", [])
-    port, evil_port = free_port(), free_port()
+    port = free_port()
     log = tmp_path / "dashboard.log"
     with log.open("w") as sink:
         dashboard = subprocess.Popen(
@@ -176,7 +176,8 @@ def test_a_page_of_another_origin_cannot_empty_a_queue(
     target = f"http://memq-admin:{password}@127.0.0.1:{port}/queue/{names.QUEUE_EMBED}/queued/empty"
     (site / "index.html").write_text(ATTACK.format(target=target))
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", evil_port), handler)
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    evil_port = attacker.server_address[1]
     threading.Thread(target=attacker.serve_forever, daemon=True).start()
     try:
         rendered_dom(f"http://localhost:{evil_port}/index.html", tmp_path / "victim")

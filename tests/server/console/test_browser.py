@@ -27,7 +27,6 @@ from selenium.webdriver.support.wait import WebDriverWait
 from memq import RemoteMemoryClient, names
 from memq.authority import Role
 from memq.config import Config
-from memq.testing import free_port
 from tests.conftest import ROOT
 from tests.producers.serving import Served
 
@@ -209,9 +208,9 @@ class elsewhere:  # noqa: N801 (a context manager, used like a function)
         self.directory = directory
 
     def __enter__(self) -> str:
-        port = free_port()
         handler = lambda *a: _Quiet(*a, directory=str(self.directory))  # noqa: E731
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.2", port), handler)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), handler)
+        port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return f"http://127.0.0.2:{port}"
 
