@@ -89,9 +89,10 @@ class _Order:
     pairs held a tuple per turn (5 MB at 100,000 turns), and finding a turn compared pairs
     (a search finds the neighbours of ~600 turns)."""
 
-    __slots__ = ("ids", "seqs")
+    __slots__ = ("ids", "seqs", "session_id")
 
-    def __init__(self) -> None:
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
         self.seqs: list[int] = []
         self.ids: list[str] = []
 
@@ -131,7 +132,9 @@ class Neighbourhoods:
         self.weight = weight
         self.turns = turns
         self.index = VectorIndex(turns.dim)
-        self._place: dict[str, tuple[str, int]] = {}
+        self._place: dict[str, tuple[_Order, int]] = {}
+        """Each turn's session, as its order (not its id: a string a turn, ~65 bytes, where
+        the order is shared by the session's turns), and its seq."""
         self._order: dict[str, _Order] = {}
         self._axes: np.ndarray | None = None
         """(dim, KEPT_DIMS): the keys' principal axes once projected; None: full keys."""
@@ -225,8 +228,11 @@ class Neighbourhoods:
         for message_id, session_id, seq in rows:
             if message_id in self._place:
                 affected |= self._take_out(message_id)
-            self._place[message_id] = (session_id, seq)
-            self._order.setdefault(session_id, _Order()).insert(seq, message_id)
+            order = self._order.get(session_id)
+            if order is None:
+                order = self._order[session_id] = _Order(session_id)
+            order.insert(seq, message_id)
+            self._place[message_id] = (order, seq)
             affected |= {message_id, *self._beside(message_id)}
         self._recompute(affected)
 
@@ -252,11 +258,10 @@ class Neighbourhoods:
     def _take_out(self, message_id: str) -> set[str]:
         """Remove a turn from its session's order; returns the neighbours it had."""
         neighbours = set(self._beside(message_id))
-        session_id, seq = self._place.pop(message_id)
-        order = self._order[session_id]
+        order, seq = self._place.pop(message_id)
         order.remove(seq, message_id)
         if not order:
-            del self._order[session_id]
+            del self._order[order.session_id]
         return neighbours
 
     def _beside(self, message_id: str) -> list[str]:
@@ -264,8 +269,8 @@ class Neighbourhoods:
 
     def _sides(self, message_id: str) -> tuple[str | None, str | None]:
         """The turns before and after ``message_id`` in its session (None: none)."""
-        session_id, seq = self._place[message_id]
-        return self._order[session_id].sides(seq, message_id)
+        order, seq = self._place[message_id]
+        return order.sides(seq, message_id)
 
     def _around(self, message_id: str) -> list[str]:
         return [message_id, *self._beside(message_id)]

@@ -229,7 +229,7 @@ def test_a_sessions_order_is_that_of_seq_then_id_whatever_the_ties(
     steps: list[tuple[bool, int, str]],
 ) -> None:
     """A model: the session's (seq, id) pairs, sorted; seqs may tie (ids then decide)."""
-    order, model = neighbourhoods._Order(), set[tuple[int, str]]()
+    order, model = neighbourhoods._Order("s"), set[tuple[int, str]]()
     for add, seq, message_id in steps:
         if add and (seq, message_id) not in model:
             order.insert(seq, message_id)
