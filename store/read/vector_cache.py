@@ -20,7 +20,6 @@ once the cache holds more than ``max_vectors`` vectors (the scope in use is kept
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import threading
 from collections import OrderedDict
@@ -33,6 +32,7 @@ import apsw
 import numpy as np
 
 from memq.store import vectors
+from memq.store.read import heap
 from memq.store.read.hidden import visible
 from memq.store.read.neighbourhoods import Neighbourhoods
 from memq.store.read.pool import ReadPool
@@ -80,6 +80,7 @@ class VectorCache:
             raise ValueError(f"dim and max_vectors must be at least 1, got {dim}, {max_vectors}")
         if not 0.0 <= context_weight <= 1.0:
             raise ValueError(f"context_weight must be in [0, 1], got {context_weight}")
+        heap.map_large_blocks_apart()
         self.context_weight = context_weight
         self.readers = readers
         self.model_name = model_name
@@ -251,7 +252,7 @@ class VectorCache:
         if entry.keys is not None:
             entry.keys.fit_if_grown()
         if read >= LOAD_CHUNK:
-            _give_back_freed_memory()
+            heap.give_back_freed_memory()
         # Every row with embedded_seq <= high was committed before ``high`` was read, so
         # later changes to this scope all have a larger embedded_seq.
         entry.loaded, entry.last_seen = True, high
@@ -323,26 +324,6 @@ def _upsert_unit(index: VectorIndex, ids: list[str], matrix: np.ndarray) -> list
         matrix, norms = matrix[good], norms[good]
     index.upsert(ids, matrix / norms[:, None], fit=False)
     return ids
-
-
-def _glibc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to call
-        return None
-
-
-_MALLOC_TRIM = _glibc_trim()
-
-
-def _give_back_freed_memory() -> None:
-    """Return to the system what loading a large scope freed. Its temporaries (each chunk's
-    blobs, its keys' gathers) leave glibc's heap in holes between the cache's own objects,
-    which it keeps: a fresh reader grew 270 MiB loading 100,119 turns (78 MiB of vectors)
-    and answering 20 questions, 177 MiB with this and the index's fit in chunks
-    (bench/context.py --realistic). Once per large load; it takes milliseconds."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def _high_water(conn: apsw.Connection) -> int:
