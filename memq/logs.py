@@ -24,6 +24,8 @@ from typing import Any, TextIO
 
 import orjson
 
+from memq.printable import printable
+
 LOG_FORMAT_ENV = "MEMQ_LOG_FORMAT"
 """``text`` or ``json``: overrides the choice made from whether stderr is a terminal."""
 
@@ -65,7 +67,14 @@ class _JsonFormatter(logging.Formatter):
         line.update(getattr(record, "fields", {}))
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(line, default=str).decode()
+        try:
+            return orjson.dumps(line, default=str).decode()
+        except TypeError:  # a lone surrogate a caller sent, which is no UTF-8: shown escaped
+            return orjson.dumps({k: _escaped(v) for k, v in line.items()}, default=str).decode()
+
+
+def _escaped(value: Any) -> Any:
+    return printable(value) if isinstance(value, str) else printable(str(value))
 
 
 class _TextFormatter(logging.Formatter):

@@ -16,6 +16,7 @@ from typing import Any
 
 from memq import errors
 from memq.errors import MemqError
+from memq.printable import printable
 from memq.rejections import Rejection
 
 TYPE_PREFIX = "urn:memq:problem:"
@@ -59,9 +60,11 @@ def status_of(error: MemqError) -> int:
 
 
 def problem(name: str, status: int, detail: str, **extra: Any) -> dict[str, Any]:
-    """A problem details body for the memq error class ``name``."""
-    return {"type": TYPE_PREFIX + name, "title": name, "status": status, "detail": detail,
-            **extra}
+    """A problem details body for the memq error class ``name``; what ``detail`` quotes
+    of a caller's input is shown with its control characters escaped (a lone surrogate
+    among them could not even be encoded in the answer)."""
+    return {"type": TYPE_PREFIX + name, "title": name, "status": status,
+            "detail": printable(detail), **extra}
 
 
 def from_error(error: MemqError) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from typing import Any
 
 import orjson
 
-from memq import tenants
 from memq.errors import PermissionDenied, ValidationError
+from memq.events.fields import check_characters
 from memq.narrowing import MAX_NAMES
 from memq.printable import shown
 
@@ -95,11 +95,15 @@ class Delegations:
 
 
 def _ids(what: str, given: Any) -> frozenset[str] | None:
+    """The names of a list the caller sends, each held to the rules of every id (a name
+    the token cannot be used with is refused now, not on each of its calls)."""
     if given is None:
         return None
     if isinstance(given, (str, bytes)) or not isinstance(given, (list, tuple)) or not all(
-            isinstance(item, str) and item and tenants.SEPARATOR not in item for item in given):
+            isinstance(item, str) and item for item in given):
         raise ValidationError(f"{what} must be a list of names, got {shown(given):.60}")
+    for item in given:  # the tenants' separator among the control characters
+        check_characters(what, item)
     return frozenset(given)
 
 

@@ -6,12 +6,14 @@ import io
 import logging
 import sys
 
+import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memq import logs
 from memq.logs import redact_url
+from memq.printable import printable
 
 REDACTED = {
     # what the outside probe found: an upper-case scheme, an unencoded "/" in the password
@@ -71,3 +73,15 @@ def test_lines_go_to_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(sys, "stderr", now)
     logging.getLogger("memq.test").warning("still heard")
     assert now.getvalue() == "warning memq.test: still heard\n"
+
+
+@given(text=st.text(alphabet=st.characters(exclude_categories=()), max_size=20))
+def test_a_json_line_is_written_whatever_text_a_caller_sent(text: str) -> None:
+    """A lone surrogate (no UTF-8) in a message or a field once left Python's "Logging
+    error" dump in place of the line; the line now shows it escaped."""
+    record = logging.LogRecord("memq.test", logging.WARNING, __file__, 1, "refused %s",
+                               (text,), None)
+    record.fields = {"detail": text}
+    line = orjson.loads(logs._JsonFormatter().format(record))
+    assert line["level"] == "warning"
+    assert line["detail"] in (text, printable(text))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from memq import errors
@@ -43,3 +44,11 @@ def test_an_answer_that_names_no_memq_error_becomes_one_by_its_status() -> None:
     assert type(to_error(400, {"title": "Bad Request"})) is errors.ValidationError
     assert type(to_error(502, None)) is errors.MemqError
     assert type(to_error(403, problem("object", 403, "x"))) is errors.PermissionDenied
+
+
+def test_a_detail_quoting_what_no_answer_can_encode_is_shown_escaped() -> None:
+    """A lone surrogate a caller sent, quoted in an error, once made the answer itself
+    fail (orjson encodes UTF-8 only): the server answered 500 for a 4xx."""
+    body = problem("ValidationError", 422, "users 'a\ud800\x1b[2J': no such name")
+    assert orjson.loads(orjson.dumps(body))["detail"] == (
+        "users 'a\\ud800\\x1b[2J': no such name")

@@ -349,6 +349,36 @@ def test_a_delegation_beyond_the_key_is_refused(admin: RemoteMemoryClient, serve
             backend.delegate(**asked)  # type: ignore[arg-type]
 
 
+_UNSENDABLE = st.one_of(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+                       st.characters(max_codepoint=0x1F), st.characters(
+                           min_codepoint=0x7F, max_codepoint=0x9F))
+"""What no name may hold: a lone surrogate (no UTF-8), a control character (the tenants'
+separator among them)."""
+_DELEGATORS: dict[str, str] = {}
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(["users", "agents", "can"]),
+       name=st.tuples(st.text(max_size=8), _UNSENDABLE, st.text(max_size=8)).map("".join))
+def test_a_delegation_naming_what_no_name_may_hold_is_refused_as_a_mistake(
+        admin: RemoteMemoryClient, served: Served, field: str, name: str) -> None:
+    """A lone surrogate once answered 500 and broke the server's log line; a control
+    character minted a token that every later call refused. Sent as JSON escapes, as any
+    client may (ensure_ascii writes a lone surrogate as \\udXXX)."""
+    if served.url not in _DELEGATORS:  # one key for the examples of one server
+        _DELEGATORS[served.url] = admin.create_key(
+            "delegator", users=["alice"], can=["read", "delegate"]).secret
+        admin.flush()
+    body = json.dumps({field: ["alice" if field == "users" else "read", name]})
+    answer = httpx.post(f"{served.url}/v1/keys/delegate", content=body.encode(),
+                        headers={"Authorization": f"Bearer {_DELEGATORS[served.url]}",
+                                 "Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["title"] == "ValidationError"
+    assert field in answer.json()["detail"]
+
+
 def test_a_delegation_asking_for_no_right_is_refused_not_given_every_right(
         admin: RemoteMemoryClient, served: Served) -> None:
     """``can=[]`` once read as "not said" and minted a token with all the key's rights."""
