@@ -88,7 +88,7 @@ class TasksOps(ClientBase):
         found = yield Read(stored.task, (task_id,))
         tasks = with_pending_tasks([] if found is None else [found], pending)
         if not tasks:
-            raise NotFound(f"no scheduled task {shown(task_id)}")
+            raise NotFound(no_task(task_id))
         return tasks[0]
 
     def _tasks_op(self) -> Op[list[Task]]:
@@ -147,3 +147,9 @@ def _text(what: str, value: Any) -> str:
     if not value.strip():
         raise ValidationError(f"{what} must not be empty")
     return value
+
+
+def no_task(task_id: object) -> str:
+    """What a call on a task that is not there, or not the caller's to see, is told: one
+    text for both, so that no answer tells a key limited to some users which ids exist."""
+    return f"no scheduled task {shown(task_id):.60}"

@@ -31,6 +31,7 @@ from memq.errors import NotFound, PermissionDenied
 from memq.printable import shown
 from memq.producers.client import MemoryClient
 from memq.producers.operations import Operation, Right
+from memq.producers.tasks import no_task
 from memq.server import tenancy
 from memq.server.principals import Grant
 from memq.store.read.audit import key_of
@@ -88,7 +89,7 @@ def _admit_shared(grant: Grant, op: Operation, given: dict[str, Any],
         if op.name == "schedule_task":
             raise PermissionDenied("tasks are every user's and agent's: a key limited to "
                                    "some cannot schedule one")
-        raise NotFound(f"no task {shown(given.get('task_id')):.60}")
+        raise NotFound(no_task(given.get('task_id')))
     scope = given.get("scope")
     if op.name == "get_context" and scope == "user" and grant.agents is not None:
         raise PermissionDenied("a key limited to some agents searches at session or agent "

@@ -33,6 +33,7 @@ from memq.producers.changes import ChangesPage
 from memq.producers.client import MemoryClient
 from memq.producers.macros import MAX_ID, MacroSuggestion
 from memq.producers.operations import Operation
+from memq.producers.tasks import no_task
 from memq.store.read.changes import in_tenant
 from memq.store.read.macros import trigger_tool
 from memq.store.read.scope import Owner
@@ -82,7 +83,7 @@ def refuse_other_tenants(tenant: str, op: Operation, given: Mapping[str, Any],
     if op.name in TASK_TARGETS and isinstance(given.get("task_id"), str):
         task = client.task(given["task_id"])
         if tenants.tenant_of(task.name) != tenant:
-            raise NotFound(f"no scheduled task {shown(given['task_id']):.60}")
+            raise NotFound(no_task(given['task_id']))
     macro_id = given.get("macro_id")
     if op.name == "use_macro" and type(macro_id) is int and 1 <= macro_id <= MAX_ID:
         with client.readers.connection() as conn:

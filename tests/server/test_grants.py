@@ -349,6 +349,23 @@ def test_a_delegation_beyond_the_key_is_refused(admin: RemoteMemoryClient, serve
             backend.delegate(**asked)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("call", ["task", "pause_task", "resume_task", "delete_task"])
+def test_a_key_limited_to_some_users_cannot_tell_a_task_from_no_task(
+        admin: RemoteMemoryClient, served: Served, call: str) -> None:
+    """Tasks are every user's: a limited key sees none. Its tenant's task once got "no task
+    ..." and a made-up id "no scheduled task ...": the texts told which ids exist."""
+    real = admin.tasks()[0].id
+    made_up = str(uuid7())
+    told = []
+    with key_for(admin, served, users=["alice"], can=["read", "write", "forget"]) as key:
+        for task_id in (real, made_up):
+            with pytest.raises(NotFound) as refused:
+                getattr(key, call)(task_id)
+            told.append(str(refused.value).replace(task_id, "ID"))
+    assert told[0] == told[1]
+    assert admin.task(real).name == "standup"
+
+
 _UNSENDABLE = st.one_of(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
                        st.characters(max_codepoint=0x1F), st.characters(
                            min_codepoint=0x7F, max_codepoint=0x9F))
