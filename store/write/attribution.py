@@ -155,8 +155,10 @@ def _outside(cur: apsw.Cursor, event: Event, key_id: str, users: set[str] | None
         return None
     for kind, have, granted in (("user", user, users), ("agent", agent, agents)):
         if granted is not None and have not in granted:
-            held = "no " + kind if have is None else f"{kind} {shown(have):.60}"
-            return f"{event.type}: {what} of {held}, outside key {key_id}'s grant"
+            # The key reads this reason: it learns that the session is not its own, not
+            # whose it is.
+            held = f"no {kind}," if have is None else f"a {kind}"
+            return f"{event.type}: {what} of {held} outside key {key_id}'s grant"
     return None
 
 
@@ -172,12 +174,17 @@ def _owner(cur: apsw.Cursor, event: Event, reads: Reads
             reads.owners[event.session_id] = None if found is None else Owner(*found)
         owner = reads.owners[event.session_id]
         if owner is not None and owner != Owner(None, None):
-            return owner.user_id, owner.agent_id, f"session {shown(event.session_id):.60}"
-        return p.get("user_id"), p.get("agent_id"), f"session {shown(event.session_id):.60}"
+            return owner.user_id, owner.agent_id, _session(event.session_id)
+        return p.get("user_id"), p.get("agent_id"), _session(event.session_id)
     if "user_id" in p or event.type.startswith(("fact.", "document.")):
         return p.get("user_id"), None, "a global fact or document" if p.get(
             "user_id") is None else "the data"
     return None, None, None
+
+
+def _session(stored: str) -> str:
+    """A session as its key names it: the id inside the key's tenant."""
+    return f"session {shown(tenants.split(stored)[1]):.60}"
 
 
 def _ids(value: object) -> set[str] | None:

@@ -471,9 +471,9 @@ def test_the_writer_sets_aside_what_a_key_may_not_send_and_records_what_it_sent(
             inside.flush()
     reasons = sorted(r.reason for r in refused.value.rejections)
     assert reasons == sorted([
-        "message.appended: session 'bob-chat' of user 'bob', outside key "
+        "message.appended: session 'bob-chat' of a user outside key "
         f"{made.id}'s grant",
-        f"fact.set: the data of user 'bob', outside key {made.id}'s grant",
+        f"fact.set: the data of a user outside key {made.id}'s grant",
         f"fact.set: a global fact or document of no user, outside key {made.id}'s grant",
         f"task.scheduled: tasks are every user's and agent's, outside key {made.id}'s",
         f"key {made.id} may not forget",
@@ -622,7 +622,7 @@ def test_the_writer_checks_a_delegated_tokens_narrower_grant(
     reasons = [r.reason for r in refused.value.rejections]
     assert len(reasons) == 3, reasons
     assert reasons[:2] == [
-        f"message.appended: session 'bob-chat' of user 'bob', outside key {made.id}'s grant",
+        f"message.appended: session 'bob-chat' of a user outside key {made.id}'s grant",
         f"key {made.id} may not forget"]
     assert reasons[2].startswith(f"sent for key {made.id} with not a narrowing")
     assert [m.content for m in admin.history("bob-chat")] == ["bob's secret plan"]
