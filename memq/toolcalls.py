@@ -20,11 +20,13 @@ suggests the path just read), and every other value is kept only by its shape, a
 pattern (``x = 1`` is ``x = <num>``, a path ``<path>``, long text ``<text>``);
 ``next_args`` is the template seen most often after A (ties: the latest).
 
-Macros are shared by every session, so a template never holds another session's values:
-only references (filled from the caller's own arguments when suggested), placeholders and
-command words. Secret-looking values (:mod:`memq.sensitive`: by the argument's name or by
-the value's shape) become ``<secret>`` in patterns and templates alike, and
-:func:`shrink_args` replaces them before a call is even recorded.
+Macros are shared by every session, so a template holds only references (filled from the
+caller's own arguments when suggested), placeholders and bare words: command words, and
+also the words of short unquoted text, which nothing here tells from a command line (a
+ticket's title, an e-mail address: docs/security.md says what another user may read).
+Secret-looking values (:mod:`memq.sensitive`: by the argument's name or by the value's
+shape) become ``<secret>`` in patterns and templates alike, and :func:`shrink_args`
+replaces them before a call is even recorded.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ class MacroSuggestion:
     args: Any
     """Its most usual arguments, with references to this call's arguments filled in;
     None when none were recorded. Other values are placeholders for the caller to fill
-    (``<path>``, ``<num>``, ``<str>``, ``<text>``, ``<secret>``...): a suggestion never
-    carries a value another session used."""
+    (``<path>``, ``<num>``, ``<str>``, ``<text>``, ``<secret>``...), bare words as they
+    were (command words, and the words of short unquoted text: see the security model)."""
     confidence: float
     count: int
     """How many times this transition was seen."""
