@@ -4,8 +4,8 @@ The learning rule. Within one session every recorded call B is a transition from
 A recorded just before it. The writer counts it twice: under A's tool and *argument
 pattern* (A's arguments with the values that vary from call to call replaced by
 placeholders — ``<path>``, ``<num>``, ``<str>`` for quoted text, ``<uuid>``, ``<url>``,
-``<hex>`` for hashes, ``<text>`` for long text — while flags, sub-commands and other bare
-words stay literal, so ``git commit -m "fix"`` is ``git commit -m <str>``), and under A's
+``<email>``, ``<hex>`` for hashes, ``<text>`` for long text — while flags, sub-commands and
+other bare words stay literal, so ``git commit -m "fix"`` is ``git commit -m <str>``), and under A's
 tool alone (pattern ``*``), so a tool whose arguments never repeat still learns. For each
 (A tool, pattern, B tool) it keeps n(A→B) and n(A), the transitions out of A under that
 pattern, and sets confidence = (n(A→B) + 1) / (n(A) + 4): additive smoothing with alpha = 1
@@ -23,7 +23,7 @@ pattern (``x = 1`` is ``x = <num>``, a path ``<path>``, long text ``<text>``);
 Macros are shared by every session, so a template holds only references (filled from the
 caller's own arguments when suggested), placeholders and bare words: command words, and
 also the words of short unquoted text, which nothing here tells from a command line (a
-ticket's title, an e-mail address: docs/security.md says what another user may read).
+ticket's title: docs/security.md says what another user may read).
 Secret-looking values (:mod:`memq.sensitive`: by the argument's name or by the value's
 shape) become ``<secret>`` in patterns and templates alike, and :func:`shrink_args`
 replaces them before a call is even recorded.
@@ -60,6 +60,7 @@ MAX_DEPTH = 32
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 _NUMBER = re.compile(r"\d+(?:[.:]\d+)*")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _HEX = re.compile(r"(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}")
 _FILE_NAME = re.compile(r"[\w.-]*\w\.[A-Za-z][A-Za-z0-9]{0,7}|\.[A-Za-z][\w.-]*")
 _TOKEN = re.compile(r"""(?:[^\s'"]+|'[^']*'|"(?:[^"\\]|\\.)*")+""")
@@ -190,6 +191,8 @@ def _classify(token: str) -> str:
         return "<uuid>"
     if _URL.fullmatch(token):
         return "<url>"
+    if _EMAIL.fullmatch(token):  # someone's address, never a command word
+        return "<email>"
     if _NUMBER.fullmatch(token):
         return "<num>"
     if _HEX.fullmatch(token):

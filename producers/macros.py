@@ -34,7 +34,7 @@ class MacroSuggestion:
     args: Any
     """Its most usual arguments, with references to this call's arguments filled in;
     None when none were recorded. Other values are placeholders for the caller to fill
-    (``<path>``, ``<num>``, ``<str>``, ``<text>``, ``<secret>``...), bare words as they
+    (``<path>``, ``<email>``, ``<str>``, ``<text>``, ``<secret>``...), bare words as they
     were (command words, and the words of short unquoted text: see the security model)."""
     confidence: float
     count: int

@@ -45,6 +45,8 @@ from memq.toolcalls import (
         ("rm 550e8400-e29b-41d4-a716-446655440000", "rm <uuid>"),
         ("sleep 1.5", "sleep <num>"),
         ("python3 -V", "python3 -V"),
+        ("bob.private@example.com", "<email>"),
+        ("mail -s hello ops+alerts@corp.example.org", "mail -s hello <email>"),
         ("  spaced   out  ", "spaced out"),
         ("it's free text", "<text>"),  # an unbalanced quote is not a command line
         ("x" * (LONG_TEXT + 1), "<text>"),
