@@ -60,9 +60,7 @@ def create_app(
     api = FastAPI(title="memq", version="1", description=__doc__ or "", docs_url=None,
                   redoc_url=None)
     person = bases.get(Role.ADMIN) or next(iter(bases.values()))
-    budgets = Budgets(person.redis, person.config.redis_url,
-                      units_per_s=person.config.limits.key_units_per_s,
-                      concurrent=person.config.limits.key_concurrent)
+    budgets = Budgets.configured(person)
     api.state.remotes = Remotes(bases, max_remotes, max_waits, budgets)
     readers = next(iter(bases.values())).readers
     # Delegated tokens are checked by any server that shares the secret: memq serve reads it

@@ -26,13 +26,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from memq import broker
 from memq.errors import RateLimited
 from memq.server.principals import Grant
+
+if TYPE_CHECKING:
+    from memq.producers.client import MemoryClient
 
 MAX_KEYS_SEEN = 10_000
 RUNNING_TTL_S = 300
@@ -83,6 +86,14 @@ class Budgets:
         """Per key, what its last call here learned of the budget of every server: the
         guard's early refusal needs no read of its own on every call."""
 
+    @classmethod
+    def configured(cls, person: MemoryClient) -> Budgets:
+        """The budgets of ``[limits]``, counted on ``person``'s Redis: the admin's, as no
+        other role may write the counters."""
+        limits = person.config.limits
+        return cls(person.redis, person.config.redis_url, units_per_s=limits.key_units_per_s,
+                   concurrent=limits.key_concurrent)
+
     @contextmanager
     def spend(self, grant: Grant | None, units: int) -> Iterator[None]:
         """Hold a running place and ``units`` of the key's budget for one call."""
@@ -106,8 +117,8 @@ class Budgets:
         self._saw(grant, units, int(ahead_ms) / 1000)
         if outcome == 1:
             wait = int(ahead_ms) / 1000 + units / limit - BURST_S
-            raise RateLimited(f"this key's budget is {limit} units a second (a write costs "
-                              f"one per event): retry in {wait:.2f} s")
+            raise RateLimited(f"this key is over its budget of {limit} units a second (a "
+                              f"write costs one per event): retry in {wait:.2f} s")
         try:
             yield
         finally:

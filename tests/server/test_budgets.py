@@ -62,7 +62,8 @@ def test_a_key_spends_a_seconds_budget_at_once_then_at_its_rate(redis_url: str) 
     with budgets.spend(key, 10):  # after a pause, a second's budget at once
         pass
     paid = connection.get(f"memq:budget:{key.key_id}")
-    with pytest.raises(RateLimited, match=r"budget is 10 units a second .*retry in 0\.\d\d s"), \
+    with pytest.raises(RateLimited,
+                       match=r"over its budget of 10 units a second .*retry in 0\.\d\d s"), \
             budgets.spend(key, 1):
         pass
     # A refused call spends nothing: the caller's next try is judged as if it had not.
