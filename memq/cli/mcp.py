@@ -4,13 +4,14 @@ Over stdio by default (an MCP client starts the command and talks on its standar
 and output, so nothing else is printed there), or streamable HTTP with ``--http`` on
 ``http://HOST:PORT/mcp`` (127.0.0.1 by default). Over HTTP every request carries
 ``Authorization: Bearer <token>``, ``agent.token`` or ``admin.token`` beside the database
-(:mod:`memq.tokens`, made when missing, as ``memq serve`` does) or an API key, whose grant
-each tool call is then admitted against as ``memq serve`` admits its calls, and a ``Host``
-that names the server (the guard of ``memq serve``: a rebound DNS name gets 421). Over
-stdio the parent process's trust is the server's. The tools act with an agent's
-credentials (``agent.url``), never the person's, whichever token was shown; a key's calls
-go on the keys' queue, which only the admin's credentials may push, and are judged there
-with an agent's rights and the key's grant.
+(:mod:`memq.tokens`, made when missing, as ``memq serve`` does) or an API key, whose
+grant each tool call is then admitted against, and whose budget it spends, as ``memq
+serve`` admits and counts its calls, and a ``Host`` that names the server (the guard of
+``memq serve``: a rebound DNS name gets 421). Over stdio the parent process's trust is
+the server's. The tools act with an agent's credentials (``agent.url``), never the
+person's, whichever token was shown; a key's calls go on the keys' queue, which only the
+admin's credentials may push, and are judged there with an agent's rights and the key's
+grant.
 
 With ``--server URL`` (stdio), the tools act through ``memq serve`` at that address with
 the bearer token in ``MEMQ_TOKEN`` (an API key: the tools then reach only its grant), for
@@ -73,13 +74,16 @@ def run_mcp(args: argparse.Namespace) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     tokens = Tokens.in_directory(directory)  # refuses to start when they cannot be made
     from memq.integrations._client import ToolsClient
+    from memq.server.budgets import Budgets
     from memq.server.granted import GrantedClient
 
     with MemoryClient(config=config) as client, \
             MemoryClient(config=load_config(args, role=Role.ADMIN)) as keyed:
         door = principals(client, tokens, directory, config.serve.require_keys)
-        # Each request's key decides what its tool calls reach (server/granted.py).
-        tools = cast(ToolsClient, GrantedClient(client, keyed))
+        # Each request's key decides what its tool calls reach and spends its budget, on
+        # the counters every memq serve of this Redis shares (server/granted.py).
+        tools = cast(ToolsClient, GrantedClient(client, keyed,
+                                                budgets=Budgets.configured(keyed)))
         serve_http(build_server(tools), door, args)
     return 0
 
@@ -127,6 +131,10 @@ def serve_http(server: Any, door: Principals, args: argparse.Namespace) -> None:
     # Stateless: each request is served in its own context, so the key it came with is the
     # one its tool calls are admitted against (a session's task would keep the first's).
     mcp_app = server.streamable_http_app(transport_security=unchecked, stateless_http=True)
+    # No early refusal of a spent key (memq serve's ``spent=``): the guard's 429 reaches an
+    # MCP client as a failed request, not a tool's error the model can read and wait on,
+    # and it would refuse the free requests too (initialize, tools/list). A key's tool
+    # calls are refused by the budget instead, as each spends it.
     app = Guard(bearer(mcp_app, door), allowed_hosts(args.host, args.allow_host),
                 MAX_BODY_BYTES, tokens=door)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -287,3 +287,60 @@ def test_over_http_a_keys_tool_calls_stay_inside_its_grant(http_server: str,
     finally:
         conn.close()
     assert keys == {key.id, scribe.id}
+
+
+
+def test_over_http_a_keys_tool_calls_spend_its_budget(http_server: str,
+                                                      config: Config) -> None:
+    """As through memq serve: a place among the key's calls at once and a unit an
+    operation, on the counters every server shares; past them a tool error saying when to
+    retry, and nothing of the refused call written."""
+    from memq.server.budgets import Budgets
+    from memq.server.principals import KeyRing, keys_in
+
+    remember = ("remember", {"session_id": "own1", "content": "refused", "user_id": "alice"})
+    recall = ("recall", {"session_id": "alice-chat", "query": "x"})
+    with MemoryClient(config=config) as person:
+        person.append("alice-chat", "user", "a window seat", user_id="alice")
+        # Four units: another server's one below, then a fact set (set, flush, list) at once.
+        key = person.create_key("tight", users=["alice"], can=["read", "write"],
+                                units_per_s=4, concurrent=1)
+        person.flush()
+        grant = KeyRing(keys_in(person.readers)).grant_of(key.secret)
+        assert grant is not None
+        with Budgets.configured(person).spend(grant, 1):  # its one place, on another server
+            held = asyncio.run(_calls(with_token(http_server, key.secret), [
+                remember, recall, _set_fact("seat", "aisle")]))
+        # The fact's flush also waits for anything the refused calls might have sent.
+        flood = asyncio.run(_calls(with_token(http_server, key.secret),
+                                   [_set_fact("meal", "veg"), *[recall] * 30]))
+        assert person.history("own1") == []
+    for refused, told in held:
+        assert refused
+        assert "already has as many calls running as it may; retry" in told, told
+    assert not flood[0][0]
+    assert [(f["key"], f["value"]) for f in flood[0][1]["result"]] == [("meal", "veg")]
+    refusals = [told for refused, told in flood if refused]
+    assert refusals  # four units a second: thirty reads in a row are not all let in
+    assert all("over its budget of 4 units a second" in t and "retry in" in t
+               for t in refusals), refusals
+    assert "Traceback" not in str(refusals)
+
+
+def _set_fact(key: str, value: str) -> tuple[str, dict[str, Any]]:
+    return "facts", {"category": "prefs", "key": key, "value": value, "user_id": "alice"}
+
+
+async def _calls(server: Any, calls: list[tuple[str, dict[str, Any]]]
+                 ) -> list[tuple[bool, Any]]:
+    """Each call in turn on one client: whether it was an error, and its text if so,
+    else its answer."""
+    from mcp import Client
+
+    answers: list[tuple[bool, Any]] = []
+    async with Client(server, read_timeout_seconds=60) as mcp:
+        for tool, arguments in calls:
+            result = await mcp.call_tool(tool, arguments)
+            answers.append((True, result.content[0].text) if result.is_error  # type: ignore[union-attr]
+                           else (False, result.structured_content))
+    return answers

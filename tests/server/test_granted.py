@@ -1,5 +1,5 @@
-"""The client of ``memq mcp --http``: each call admitted against the request's key, each
-key reading its own uncommitted turns and nobody else's."""
+"""The client of ``memq mcp --http``: each call admitted against the request's key and
+spending its budget, each key reading its own uncommitted turns and nobody else's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from memq import MemoryClient
 from memq.config import Config
-from memq.errors import NotFound
+from memq.errors import NotFound, RateLimited
+from memq.server.budgets import Budgets
 from memq.server.granted import CALLER, GrantedClient
 from memq.server.principals import Grant, KeyRing, keys_in
 from memq.testing import WriterThread
@@ -27,10 +28,11 @@ def acting_as(grant: Grant) -> Iterator[None]:
         CALLER.reset(reset)
 
 
-def grants_of(config: Config, *users: str) -> list[Grant]:
+def grants_of(config: Config, *users: str, **budget: int) -> list[Grant]:
     """One key of each user, as the server's door finds them."""
     with MemoryClient(config=config) as person:
-        secrets = [person.create_key(f"for {u}", users=[u], can=["read", "write"]).secret
+        secrets = [person.create_key(f"for {u}", users=[u], can=["read", "write"],
+                                     **budget).secret  # type: ignore[arg-type]
                    for u in users]
         person.flush()
         ring = KeyRing(keys_in(person.readers))
@@ -91,3 +93,24 @@ def test_only_the_most_recent_callers_clients_are_kept(config: Config,
         with acting_as(alice):
             tools.flush()
             assert contents(tools.get_context("alice-chat")) == ["hello", "hello"]
+
+
+def test_a_keys_calls_spend_its_budget_on_the_counters_every_server_shares(
+        config: Config, writer: WriterThread) -> None:
+    # Three units: the other server's one, the append's and the flush's, at once.
+    (alice,) = grants_of(config, "alice", units_per_s=3, concurrent=1)
+    with MemoryClient(config=config) as base, MemoryClient(config=config) as keyed:
+        tools = GrantedClient(base, keyed, budgets=Budgets.configured(keyed))
+        other_server = Budgets.configured(keyed)
+        with acting_as(alice):
+            # Its one place, taken on another server:
+            with other_server.spend(alice, 1), \
+                    pytest.raises(RateLimited, match="calls running"):
+                tools.append("alice-trip", "user", "refused")
+            # A write costs one per event, as through memq serve: four are never let in.
+            with pytest.raises(RateLimited, match="more than this key's budget of 3"):
+                tools.append_many([{"session_id": "alice-trip", "role": "user",
+                                    "content": str(n)} for n in range(4)])
+            tools.append("alice-trip", "user", "let in")
+            tools.flush()
+        assert contents(base.history("alice-trip")) == ["let in"]  # nothing refused landed
