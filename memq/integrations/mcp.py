@@ -17,7 +17,7 @@ from typing import Any, Literal
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from memq import MemqError, PermissionDenied, ValidationError
+from memq import MemqError, ValidationError
 from memq.integrations._client import ToolsClient, default_client
 
 __all__ = ["INSTRUCTIONS", "build_server", "serve"]
@@ -74,19 +74,20 @@ def build_server(client: ToolsClient | None = None) -> MCPServer:
         themselves is protected: your change is recorded but does not replace it. Returns
         the facts of that category after the change."""
         with told():
-            if value is not None:
-                if key is None or category is None:
-                    raise ValidationError("to set a fact, give category, key and value")
-                with writing:
-                    memory.set_fact(category, key, value, user_id=user_id)
-                    memory.flush()
-            try:
+            if value is None:
                 return [_fact(f) for f in memory.facts(category, user_id=user_id)]
-            except PermissionDenied as exc:
-                if value is None:
-                    raise
-                # A write-only key: the model must learn it was set, or it sets it again.
-                raise PermissionDenied(f"the fact was set; {exc}") from exc
+            if key is None or category is None:
+                raise ValidationError("to set a fact, give category, key and value")
+            with writing:
+                memory.set_fact(category, key, value, user_id=user_id)
+            try:
+                with writing:
+                    memory.flush()
+                return [_fact(f) for f in memory.facts(category, user_id=user_id)]
+            except MemqError as exc:
+                # Set, but the wait or the listing refused (a write-only key, or a budget
+                # the write used up): the model must learn it was set, or it sets it again.
+                raise ToolError(f"the fact was set; {exc}") from exc
 
     @server.tool()
     def schedule(name: str, when: str, prompt: str, tz: str | None = None) -> dict[str, str]:

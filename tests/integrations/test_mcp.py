@@ -344,3 +344,31 @@ async def _calls(server: Any, calls: list[tuple[str, dict[str, Any]]]
             answers.append((True, result.content[0].text) if result.is_error  # type: ignore[union-attr]
                            else (False, result.structured_content))
     return answers
+
+
+class _SpentByTheWrite:
+    """A key's client whose budget the fact's write used up: the wait after it is refused."""
+
+    def __init__(self) -> None:
+        self.set: list[tuple[str, str, str]] = []
+
+    def set_fact(self, category: str, key: str, value: str, **_: Any) -> None:
+        self.set.append((category, key, value))
+
+    def flush(self) -> None:
+        from memq.errors import RateLimited
+
+        raise RateLimited("this key is over its budget of 1 units a second (a write costs "
+                          "one per event): retry in 0.90 s")
+
+
+def test_a_fact_set_before_the_budget_ran_out_is_said_to_be_set() -> None:
+    """Else the model reads only "over its budget", waits, and sets the fact again."""
+    from memq.integrations.mcp import build_server
+
+    memory = _SpentByTheWrite()
+    (refused, told), = asyncio.run(_calls(build_server(memory), [  # type: ignore[arg-type]
+        _set_fact("seat", "aisle")]))
+    assert refused
+    assert "the fact was set; this key is over its budget" in told, told
+    assert memory.set == [("prefs", "seat", "aisle")]
