@@ -19,6 +19,7 @@ from memq import broker, names
 from memq.errors import MemqError, PermissionDenied
 from memq.problems import status_of
 from memq.producers.client import MemoryClient
+from memq.server.budgets import Budgets
 from memq.server.console.logins import Login, Logins
 from memq.server.console.render import page
 from memq.server.disclosure import disclosed
@@ -44,7 +45,10 @@ class Console:
 
     def __post_init__(self) -> None:
         self.actor = self.reader.with_own_outbox()
-        self.granted = GrantedClient(self.reader, self.reader)
+        # A key's pages spend its budget as its API calls do: a console session is no way
+        # around the key's limits.
+        self.granted = GrantedClient(self.reader, self.reader,
+                                     budgets=Budgets.configured(self.reader))
 
     @contextmanager
     def viewing(self, login: Login) -> Iterator[MemoryClient]:

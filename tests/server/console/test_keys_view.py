@@ -70,6 +70,17 @@ def test_a_key_reads_only_its_users(served: Served, admin: RemoteMemoryClient) -
         assert "Forget this session" not in page.text
 
 
+def test_a_keys_pages_spend_its_budget(served: Served, admin: RemoteMemoryClient) -> None:
+    """A key signed in to the console read without limit while its API calls were
+    refused past its budget: its pages now spend the same budget."""
+    with key_session(served, admin, users=["alice"], can=["read"], units_per_s=2) as key:
+        answers = [key.get("/ui/session", params={"id": "alice-trip"}) for _ in range(30)]
+    assert answers[0].status_code == 200
+    refused = [a for a in answers if a.status_code == 429]
+    assert refused, [a.status_code for a in answers]
+    assert "over its budget" in refused[0].text
+
+
 @pytest.mark.parametrize("page", ["/ui/keys", "/ui/rejected", "/ui/health",
                                   "/ui/forget?session=alice-trip"])
 def test_the_persons_pages_are_refused_to_a_key(served: Served, admin: RemoteMemoryClient,
