@@ -6,7 +6,10 @@ and every other key's turns would wait behind its backlog. A read costs 1, a wri
 event it sends (a batch of 100 turns, 100); past its budget a key gets ``RateLimited``
 (429, ``Retry-After``) and nothing is sent. The running calls are a counter
 (``memq:running:<key>``, with a lifetime so a server that died mid-call gives its places
-back). The shared tokens are the person's and trusted hosts': never limited here.
+back). A call is running from the moment its request body starts to arrive (the guard
+holds a place while it reads it) and for as long as a change feed it opened stays open:
+a key that trickles bodies or keeps streams open spends its own places, not the
+server's. The shared tokens are the person's and trusted hosts': never limited here.
 
 **The budget refills continuously** (the generic cell rate algorithm): ``memq:budget:<key>``
 holds the time, on Redis' clock, at which everything the key was let spend would have
@@ -47,20 +50,36 @@ costs more than that is never let in."""
 _SPEND = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
+local held = ARGV[5] == '1'
 local running = tonumber(redis.call('GET', KEYS[2]) or '0')
-if running >= tonumber(ARGV[3]) then return {2, 0} end
+if not held and running >= tonumber(ARGV[3]) then return {2, 0} end
 local paid = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now)
 local after = paid + tonumber(ARGV[1])
 if after - now > tonumber(ARGV[2]) then return {1, paid - now} end
 redis.call('SET', KEYS[1], string.format('%d', after), 'PX', after - now + 1000)
-redis.call('INCR', KEYS[2])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
+if not held then
+  redis.call('INCR', KEYS[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+end
 return {0, after - now}
 """
 """KEYS: the key's budget, its running calls; ARGV: the call's cost and :data:`BURST_S`
 in milliseconds at the key's rate, its calls at once at most, the running count's
-lifetime (s). Returns 0 (let in), 1 (over its budget) or 2 (too many calls running), and
+lifetime (s), and '1' if the call already holds its running place (``holding``).
+Returns 0 (let in), 1 (over its budget) or 2 (too many calls running), and
 how far ahead of Redis' clock the key's spending runs (ms)."""
+
+_HOLD = """
+local running = tonumber(redis.call('GET', KEYS[1]) or '0')
+if running >= tonumber(ARGV[1]) then return 0 end
+redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+"""KEYS: the key's running calls; ARGV: its calls at once at most, the count's lifetime (s).
+Returns 1 (a place taken) or 0 (none left)."""
+
+TOO_MANY_RUNNING = "this key already has as many calls running as it may; retry in a moment"
 
 
 @dataclass
@@ -82,6 +101,7 @@ class Budgets:
         self.units_per_s = units_per_s
         self.concurrent = concurrent
         self._script = connection.register_script(_SPEND)
+        self._hold = connection.register_script(_HOLD)
         self._seen: dict[str, _Seen] = {}
         """Per key, what its last call here learned of the budget of every server: the
         guard's early refusal needs no read of its own on every call."""
@@ -95,8 +115,9 @@ class Budgets:
                    concurrent=limits.key_concurrent)
 
     @contextmanager
-    def spend(self, grant: Grant | None, units: int) -> Iterator[None]:
-        """Hold a running place and ``units`` of the key's budget for one call."""
+    def spend(self, grant: Grant | None, units: int, *, held: bool = False) -> Iterator[None]:
+        """Hold a running place and ``units`` of the key's budget for one call; ``held``:
+        the call holds its place already (``holding``), spend the units alone."""
         if grant is None:
             yield
             return
@@ -110,20 +131,49 @@ class Budgets:
             outcome, ahead_ms = self._script(
                 keys=[_budget(grant), _running(grant)],
                 args=[_ms(units, limit), _ms(limit * BURST_S, limit),
-                      grant.concurrent or self.concurrent, RUNNING_TTL_S])
+                      self._concurrent(grant), RUNNING_TTL_S, int(held)])
         if outcome == 2:
-            raise RateLimited("this key already has as many calls running as it may; "
-                              "retry in a moment")
+            raise RateLimited(TOO_MANY_RUNNING)
         self._saw(grant, units, int(ahead_ms) / 1000)
         if outcome == 1:
             wait = int(ahead_ms) / 1000 + units / limit - BURST_S
             raise RateLimited(f"this key is over its budget of {limit} units a second (a "
                               f"write costs one per event): retry in {wait:.2f} s")
+        if held:
+            yield
+            return
         try:
             yield
         finally:
-            with broker.translated(self.redis_url, "giving back a key's place"):
-                self.redis.decr(_running(grant))
+            self._give_back(grant)
+
+    @contextmanager
+    def holding(self, grant: Grant | None) -> Iterator[None]:
+        """Hold one of the key's running places, spending none of its budget: while its
+        request body arrives, or its change feed is open. ``RateLimited`` past its bound."""
+        if grant is None:
+            yield
+            return
+        with broker.translated(self.redis_url, "counting a key's running calls"):
+            taken = self._hold(keys=[_running(grant)], args=[self._concurrent(grant),
+                                                               RUNNING_TTL_S])
+        if not taken:
+            raise RateLimited(TOO_MANY_RUNNING)
+        try:
+            yield
+        finally:
+            self._give_back(grant)
+
+    def renew(self, grant: Grant | None) -> None:
+        """Keep the key's running count alive: a place held longer than
+        :data:`RUNNING_TTL_S` (an open feed) must not vanish with its count."""
+        if grant is not None:
+            with broker.translated(self.redis_url, "renewing a key's running calls"):
+                self.redis.expire(_running(grant), RUNNING_TTL_S)
+
+    def _give_back(self, grant: Grant) -> None:
+        with broker.translated(self.redis_url, "giving back a key's place"):
+            self.redis.decr(_running(grant))
 
     def spent(self, grant: Grant | None) -> bool:
         """Whether ``grant``'s key has no room now for the smallest call it made here in
@@ -153,6 +203,9 @@ class Budgets:
 
     def _limit(self, grant: Grant) -> int:
         return grant.units_per_s or self.units_per_s
+
+    def _concurrent(self, grant: Grant) -> int:
+        return grant.concurrent or self.concurrent
 
 
 def _ms(units: float, limit: int) -> int:

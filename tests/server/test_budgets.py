@@ -43,6 +43,21 @@ def test_a_call_beyond_the_keys_calls_at_once_is_refused_and_gives_its_place_bac
         pass  # a shared token is never counted
 
 
+def test_a_held_place_counts_with_the_keys_calls_and_spends_nothing(redis_url: str) -> None:
+    budgets = Budgets(redis.Redis.from_url(redis_url), redis_url, units_per_s=1,
+                      concurrent=1)
+    key = grant(key_id=secrets.token_hex(8))
+    with budgets.holding(key):  # a body arriving, a feed open
+        with pytest.raises(RateLimited, match="calls running"), budgets.spend(key, 1):
+            pass
+        with pytest.raises(RateLimited, match="calls running"), budgets.holding(key):
+            pass
+        with budgets.spend(key, 1, held=True):  # the holder's own look: its units alone
+            pass
+    with budgets.holding(key), budgets.holding(grant(key_id=secrets.token_hex(8))):
+        pass  # its place came back; another key's places are its own
+
+
 def test_a_call_costing_more_than_a_seconds_budget_is_never_let_in(redis_url: str) -> None:
     budgets = Budgets(redis.Redis.from_url(redis_url), redis_url, units_per_s=10,
                       concurrent=16)
@@ -136,3 +151,4 @@ def test_what_a_server_saw_of_a_keys_budget_refuses_its_calls_before_their_body(
     monkeypatch.setattr("memq.server.budgets.time.monotonic", lambda: now + 0.15)
     assert not other.spent(key)  # 100 ms a unit: room for one again
     assert budgets.spent(key)  # not yet for 9
+
