@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import orjson
@@ -87,8 +88,13 @@ def create_app(
         except MemqError:  # Redis away: the call itself meets it, and answers 503
             return False
 
+    def holding(token: str) -> AbstractContextManager[None]:
+        found = principals.principal(token)
+        return budgets.holding(None if found is None else found.grant)
+
     return Guard(api, allowed_hosts, max_body_bytes, tokens=principals, spent=spent,
-                 door=console.door(logins) if served_console else None)
+                 door=console.door(logins) if served_console else None,
+                 holder=principals.holder_of, holding=holding)
 
 
 def on_console(request: Request) -> bool:

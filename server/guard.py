@@ -14,12 +14,20 @@ All of it is checked before the application parses anything, as a plain ASGI mid
   up to ``max_body_bytes`` (by its ``Content-Length`` or by what arrives: 413 before the
   rest is read) and within ``body_timeout_s`` (408): a body trickled a byte at a time does
   not hold a place for long, and what bodies hold in memory stays bounded.
+* One credential (``holder``: a key with its delegated tokens, a shared token) has at most
+  ``max_bodies_each`` of those places (beyond, 429 after a second's wait: a burst of small
+  bodies queues briefly), and while its body arrives a key holds one of its running calls
+  (``holding``, its ``concurrent`` bound on every server; beyond, 429 at once): a caller
+  trickling bodies on many sockets holds its own share, and every other caller's POSTs
+  (the admin's flush too) still find places.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -27,6 +35,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from memq.authority import Role
+from memq.errors import MemqError, RateLimited
 from memq.problems import MEDIA_TYPE, problem
 
 Scope = MutableMapping[str, Any]
@@ -61,6 +70,11 @@ class RoleOf(Protocol):
     def role_of(self, presented: str) -> Role | None: ...
 
 
+Holding = Callable[[str], AbstractContextManager[object]]
+"""token -> held while its body arrives: one of its key's running calls (``Budgets.holding``);
+``RateLimited`` when its key has none left."""
+
+
 class TooLarge(Exception):
     pass
 
@@ -68,6 +82,10 @@ class TooLarge(Exception):
 MAX_BODIES = 64
 """Bodies read at once; with ``max_body_bytes``-sized ones, the most the guard holds in
 memory is their product. Small bodies arrive whole at once, so many callers share these."""
+
+MAX_BODIES_EACH = 8
+"""Bodies one credential may have read at once: an eighth of :data:`MAX_BODIES`, so a
+caller that trickles bodies on many sockets never holds every place."""
 
 PLACE_WAIT_S = 1.0
 """How long a body waits for a place before it is refused with 503."""
@@ -84,7 +102,10 @@ class Guard:
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str], max_body_bytes: int, *,
                  tokens: RoleOf | None = None, max_bodies: int = MAX_BODIES,
                  body_timeout_s: float = BODY_TIMEOUT_S,
-                 spent: Callable[[str], bool] | None = None, door: Door | None = None) -> None:
+                 spent: Callable[[str], bool] | None = None, door: Door | None = None,
+                 max_bodies_each: int = MAX_BODIES_EACH,
+                 holder: Callable[[str], str | None] | None = None,
+                 holding: Holding | None = None) -> None:
         self.app = app
         hosts = frozenset(h.lower().strip("[]") for h in allowed_hosts)
         self.any_host = "*" in hosts
@@ -99,6 +120,15 @@ class Guard:
         ``Gate``), or None: it may not."""
         self.body_timeout_s = body_timeout_s
         self.places = asyncio.Semaphore(max_bodies)
+        self.max_bodies_each = max_bodies_each
+        self.holder = holder
+        """Whose places a token's bodies take (a delegated token's are its key's); None:
+        each token is a credential of its own."""
+        self.holding = holding
+        self.shares: dict[str, asyncio.Semaphore] = {}
+        self.using: Counter[str] = Counter()
+        """Per holder, its share of the places and its bodies read or waiting for one (only
+        while it has some: idle callers cost nothing)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -116,7 +146,7 @@ class Guard:
         if scope.get("method") in BODILESS and not _declares_body(headers):
             await self.app(scope, receive, send)
             return
-        await self._with_body(scope, receive, send, gate)
+        await self._with_body(scope, receive, send, gate, _token(headers))
 
     def _refusal(self, scope: Scope, headers: dict[str, str]
                  ) -> tuple[int, str, str] | Gate | None:
@@ -159,20 +189,62 @@ class Guard:
         return bool(token) and self.tokens.role_of(token) is not None
 
     async def _with_body(self, scope: Scope, receive: Receive, send: Send,
-                         gate: Gate) -> None:
+                         gate: Gate, token: str) -> None:
+        with ExitStack() as held:
+            refusal = (await self._share(held, token) or self._hold(held, token)
+                       or await self._place(held, gate))
+            if refusal is not None:
+                await refuse(send, *refusal)
+                return
+            body = await self._read_in_time(receive, send, gate)
+        if body is not None:
+            await self.app(scope, _replay(body, receive), send)
+
+    async def _share(self, held: ExitStack, token: str) -> tuple[int, str, str] | None:
+        """One of the credential's places for its body (given back with ``held``), or 429.
+        A request without a bearer token came by the door (the console's forms), whose
+        gate bounds it."""
+        if not token:
+            return None
+        who = (self.holder(token) if self.holder else None) or token
+        share = self.shares.setdefault(who, asyncio.Semaphore(self.max_bodies_each))
+        self.using[who] += 1
+        held.callback(self._left, who)
+        try:
+            await asyncio.wait_for(share.acquire(), PLACE_WAIT_S)
+        except TimeoutError:
+            return 429, "RateLimited", ("this credential already has as many request bodies "
+                                        "being read as it may; retry in a moment")
+        held.callback(share.release)
+        return None
+
+    def _left(self, who: str) -> None:
+        self.using[who] -= 1
+        if self.using[who] <= 0:  # nobody holds or waits on its share: forget it
+            del self.using[who], self.shares[who]
+
+    def _hold(self, held: ExitStack, token: str) -> tuple[int, str, str] | None:
+        """One of the key's running calls while its body arrives (``holding``), or why not."""
+        if self.holding is None or not token:
+            return None
+        try:  # one quick Redis call, in the loop, as the token's own check is
+            held.enter_context(self.holding(token))
+        except RateLimited as exc:
+            return 429, "RateLimited", str(exc)
+        except MemqError:  # Redis away: the call could not be counted, nor served
+            return 503, "BrokerError", "this key's calls cannot be counted now; retry soon"
+        return None
+
+    async def _place(self, held: ExitStack, gate: Gate) -> tuple[int, str, str] | None:
+        """One of the places bodies are read in (given back with ``held``), or 503."""
         places = gate.places or self.places
         try:
             await asyncio.wait_for(places.acquire(), PLACE_WAIT_S)
         except TimeoutError:
-            await refuse(send, 503, "Busy", "this server reads as many request bodies as it "
-                                            "allows at once; retry in a moment")
-            return
-        try:
-            body = await self._read_in_time(receive, send, gate)
-        finally:
-            places.release()
-        if body is not None:
-            await self.app(scope, _replay(body, receive), send)
+            return 503, "Busy", ("this server reads as many request bodies as it allows at "
+                                 "once; retry in a moment")
+        held.callback(places.release)
+        return None
 
     async def _read_in_time(self, receive: Receive, send: Send, gate: Gate) -> bytes | None:
         """The whole body, or None once the caller was told why not (413, 408)."""

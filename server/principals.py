@@ -178,6 +178,14 @@ class Principals:
                      narrowed=narrowing.encode(token.users, token.agents, token.rights),
                      tenant=parent.tenant)
 
+    def holder_of(self, presented: str) -> str | None:
+        """Whose places among the bodies being read a token takes: its key's (a delegated
+        token's too, so minting tokens gains no places) or its shared role's; None: no one's."""
+        found = self.principal(presented)
+        if found is None:
+            return None
+        return found.role.value if found.grant is None else f"key-{found.grant.key_id}"
+
     def role_of(self, presented: str) -> Role | None:
         """As :meth:`Tokens.role_of`, for the guard's check before a body is read."""
         found = self.principal(presented)

@@ -136,7 +136,7 @@ def serve_http(server: Any, door: Principals, args: argparse.Namespace) -> None:
     # and it would refuse the free requests too (initialize, tools/list). A key's tool
     # calls are refused by the budget instead, as each spends it.
     app = Guard(bearer(mcp_app, door), allowed_hosts(args.host, args.allow_host),
-                MAX_BODY_BYTES, tokens=door)
+                MAX_BODY_BYTES, tokens=door, holder=door.holder_of)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

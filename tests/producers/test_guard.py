@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 import uvicorn
 
+from memq.authority import Role
 from memq.server.guard import Guard
 from memq.testing import free_port
 from memq.tokens import Tokens
+from tests.scheduled import eventually
 
 BODIES_READ: list[bytes] = []
 
@@ -110,6 +112,27 @@ def test_bodies_read_at_once_are_bounded(tmp_path: Path) -> None:
         third = request(port, post(token, 2), b"{}")
         assert status(third) == 503
         for connection in (*slow, third):
+            connection.close()
+
+
+def test_one_credential_holds_at_most_its_share_of_the_body_places(tmp_path: Path) -> None:
+    """A review found one key's 70 sockets, each sending a body's first byte, holding all
+    64 places: every other caller's POST got 503 until they closed."""
+    with guarded(tmp_path, max_bodies=4, max_bodies_each=2, body_timeout_s=60) as (port, _):
+        tokens = Tokens.in_directory(tmp_path)
+        slow = [request(port, post(tokens.by_role[Role.AGENT], 100), b"{")
+                for _ in range(6)]
+
+        def its_next_post() -> int:
+            connection = request(port, post(tokens.by_role[Role.AGENT], 2), b"{}")
+            with connection:
+                return status(connection)
+
+        # Once two of its bodies are being read, its next is refused before it is read.
+        eventually(lambda: its_next_post() == 429, "the agent token's share to be taken")
+        other = request(port, post(tokens.by_role[Role.ADMIN], 2), b"{}")
+        assert status(other) == 200
+        for connection in (*slow, other):
             connection.close()
 
 

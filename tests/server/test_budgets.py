@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import secrets
+import socket
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -16,6 +18,7 @@ from memq.errors import RateLimited
 from memq.server.budgets import BURST_S, Budgets, cost
 from memq.server.principals import Grant
 from tests.producers.serving import Served
+from tests.scheduled import eventually
 from tests.server.conftest import key_for
 
 pytestmark = [pytest.mark.redis]
@@ -152,3 +155,37 @@ def test_what_a_server_saw_of_a_keys_budget_refuses_its_calls_before_their_body(
     assert not other.spent(key)  # 100 ms a unit: room for one again
     assert budgets.spent(key)  # not yet for 9
 
+
+@pytest.mark.parametrize(("concurrent", "refused"), [
+    (1, "calls running"),  # its own bound, counted in Redis for every server
+    (None, "request bodies being read"),  # the guard's share for one credential
+])
+def test_a_key_trickling_bodies_holds_its_own_places_and_no_one_elses(
+    admin: RemoteMemoryClient, served: Served, redis_url: str, concurrent: int | None,
+    refused: str
+) -> None:
+    """A review found 70 sockets of one key, each sending a body's first byte, holding every
+    place bodies are read in: other keys' POSTs and the admin's flush got 503."""
+    made = admin.create_key("slow", users=["alice"], concurrent=concurrent)
+    admin.flush()
+    port = urlsplit(served.url).port
+    head = (f"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+            f"{made.secret}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{")
+    slow = [socket.create_connection(("127.0.0.1", port or 0)) for _ in range(70)]
+    for connection in slow:
+        connection.sendall(head.encode())
+
+    def its_next_post() -> str:
+        answer = httpx.post(f"{served.url}/v1/messages", json={"session_id": "a",
+                            "role": "user", "content": "x"},
+                            headers={"Authorization": f"Bearer {made.secret}"})
+        return answer.text if answer.status_code == 429 else ""
+
+    eventually(lambda: refused in its_next_post(), "the slow key's places to be taken")
+    if concurrent == 1:  # its trickled body is one of its running calls
+        assert redis.Redis.from_url(redis_url).get(f"memq:running:{made.id}") == b"1"
+    with key_for(admin, served, users=["alice"]) as other:
+        assert other.append("b", "user", "still served", user_id="alice")
+    admin.flush()
+    for connection in slow:
+        connection.close()
