@@ -5,7 +5,10 @@ Each event of the stream is one change: ``id`` its position, ``event`` its type,
 the change as JSON. A follower that reconnects sends the last ``id`` it handled as
 ``Last-Event-ID`` (as browsers' ``EventSource`` does) or ``?after=``, and the stream goes
 on from there, in commit order, each change once. Every page is admitted against the
-caller's key, cut to its grant and tenant, and counted in its budget. The caller's token
+caller's key, cut to its grant and tenant, and counted in its budget. An open feed (a
+stream, or a page waiting for a commit) is one of its key's running calls for as long as
+it is open, so a key has at most ``key_concurrent`` (its own bound) open at once; the
+next is refused with 429 before its first look. The caller's token
 is read again before each page, so a revoked or expired key's stream ends within a page's
 wait. An error before the first byte is a problem details answer (404, 410 with the
 ``horizon``, 422); after it, an ``error`` event, and the stream ends.
@@ -22,13 +25,15 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
-from contextlib import nullcontext
+from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
 from typing import Any
 
+import anyio
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from memq.errors import AuthenticationFailed, MemqError, ValidationError
 from memq.problems import from_error
@@ -58,7 +63,8 @@ async def page(asked: PageBody, remote: Remote = Depends(caller)) -> Response:  
     """One page of the feed after ``after``, waiting up to ``wait`` s for a commit."""
     given = asked.model_dump()  # type: ignore[attr-defined]
     wait = bounded("wait", given.pop("wait"), 0, MAX_WAIT_S)
-    return answer({OP.answer: await _waited(remote, given, wait)})
+    async with _open(remote):
+        return answer({OP.answer: await _waited(remote, given, wait)})
 
 
 @router.get("/changes", responses=PROBLEMS, response_class=StreamingResponse)
@@ -69,11 +75,45 @@ async def follow(request: Request, after: int | None = None,
     """Committed changes after ``after`` (or ``Last-Event-ID``), as server-sent events."""
     given = {"after": _start(after, request.headers.get("last-event-id")), "types": types,
              "user_id": user_id, "limit": PAGE}
-    first = await run_in_threadpool(_page, remote, given, True)  # its errors: the status
+    held = AsyncExitStack()
+    await held.enter_async_context(_open(remote))  # past the key's bound: 429
+    try:
+        first = await run_in_threadpool(_page, remote, given, True)  # errors: the status
+    except BaseException:
+        await held.aclose()
+        raise
     token = request.headers.get("authorization", "").partition(" ")[2].strip()
-    return StreamingResponse(_events(request, token, remote, given, first),
-                             media_type="text/event-stream",
-                             headers={"cache-control": "no-store"})
+    return _Held(held, _events(request, token, remote, given, first),
+                 media_type="text/event-stream", headers={"cache-control": "no-store"})
+
+
+@asynccontextmanager
+async def _open(remote: Remote) -> AsyncIterator[None]:
+    """One of the caller's key's running calls, held while its feed is open."""
+    budgets = remote.budgets
+    held = budgets.holding(remote.grant) if budgets else nullcontext()
+    await run_in_threadpool(held.__enter__)
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):  # given back even when the caller went away
+            await run_in_threadpool(held.__exit__, None, None, None)
+
+
+class _Held(StreamingResponse):
+    """A stream that gives back what it holds once it ends, however it ends: finished,
+    failed, or its caller gone before its first byte (its generator never started, so
+    its own ``finally`` would never run)."""
+
+    def __init__(self, held: AsyncExitStack, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held = held
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.held.aclose()
 
 
 def _start(after: int | None, last_event_id: str | None) -> int | None:
@@ -99,7 +139,9 @@ async def _waited(remote: Remote, given: dict[str, Any], wait: float) -> Changes
 def _page(remote: Remote, given: dict[str, Any], spend: bool) -> ChangesPage:
     """One look at the log (never a wait), as the caller's key may see it; ``spend``: the
     first look of a call, which counts in the key's budget."""
-    with remote.budgets.spend(remote.grant, 1) if remote.budgets and spend else nullcontext():
+    budgets = remote.budgets if spend else None
+    # Its running place is the feed's, held while the feed is open (``_open``).
+    with budgets.spend(remote.grant, 1, held=True) if budgets else nullcontext():
         stored = grants.admit(remote.grant, OP, {**given, "wait": 0.0}, remote.client,
                               remote.claimed)
         found: ChangesPage = grants.shown_to(remote.grant, OP,
@@ -123,8 +165,11 @@ async def _events(request: Request, token: str, remote: Remote, given: dict[str,
 
 
 def _still_valid(request: Request, token: str, remote: Remote) -> None:
-    """The caller's token still stands for the same principal (a key not revoked since)."""
+    """The caller's token still stands for the same principal (a key not revoked since);
+    its running place is kept alive for the next page."""
     principals: Principals = request.app.state.principals
     found = principals.principal(token)
     if found is None or found.grant != remote.grant:
         raise AuthenticationFailed("this token was revoked or has expired: the feed ends")
+    if remote.budgets is not None:
+        remote.budgets.renew(remote.grant)

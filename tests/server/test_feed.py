@@ -14,12 +14,14 @@ import httpx
 import numpy as np
 import orjson
 import pytest
+import redis
 
 from memq import MemoryClient, RemoteMemoryClient
 from memq.config import Config
 from tests.conftest import write_directly
 from tests.embedding_events import send_embeddings
 from tests.producers.serving import Served
+from tests.scheduled import eventually
 from tests.server.conftest import key_for
 
 pytestmark = [pytest.mark.redis]
@@ -233,3 +235,53 @@ def test_waiting_feed_pages_of_three_small_keys_do_not_stall_the_server(
     for thread in threads:
         thread.join(30)
     assert not any(thread.is_alive() for thread in threads)
+
+
+def test_an_open_feed_is_one_of_its_keys_calls_for_as_long_as_it_is_open(
+        admin: RemoteMemoryClient, served: Served, redis_url: str) -> None:
+    """A review found 8 streams open at once for a key limited to 1 call at once, and an
+    ordinary key's 1,162 streams slowing every other key's calls: a stream spent one unit
+    on its first look and was not a call running after it."""
+    made = admin.create_key("streams", users=["alice"], concurrent=2)
+    admin.flush()
+    running = f"memq:running:{made.id}"
+    broker = redis.Redis.from_url(redis_url)
+    with httpx.Client(base_url=served.url, timeout=30,
+                      headers={"Authorization": f"Bearer {made.secret}"}) as client:
+        with client.stream("GET", "/v1/changes") as first, \
+                client.stream("GET", "/v1/changes") as second:
+            assert (first.status_code, second.status_code) == (200, 200)
+            assert broker.get(running) == b"2"
+            with client.stream("GET", "/v1/changes") as third:
+                assert third.status_code == 429, third.read()
+                assert third.headers["retry-after"] == "1"
+            page = client.post("/v1/changes/page", json={"after": 0, "wait": 0})
+            assert page.status_code == 429  # its other calls wait for a place too
+        # Closed: its places come back once the server sees the callers gone.
+        eventually(lambda: broker.get(running) == b"0", "the streams' places to come back")
+        with client.stream("GET", "/v1/changes") as again:
+            assert again.status_code == 200
+
+
+def test_a_page_waiting_for_a_commit_is_one_of_its_keys_calls(
+        admin: RemoteMemoryClient, served: Served, redis_url: str) -> None:
+    made = admin.create_key("poller", users=["alice"], concurrent=1)
+    admin.flush()
+    broker = redis.Redis.from_url(redis_url)
+    headers = {"Authorization": f"Bearer {made.secret}"}
+    newest = httpx.post(f"{served.url}/v1/changes/page", headers=headers,
+                        json={"after": 0, "wait": 0}).json()
+    after = next(iter(newest.values()))["newest"]
+    waited: list[httpx.Response] = []
+    poll = threading.Thread(target=lambda: waited.append(httpx.post(
+        f"{served.url}/v1/changes/page", headers=headers, timeout=40,
+        json={"after": after, "wait": 30})))
+    poll.start()
+    eventually(lambda: broker.get(f"memq:running:{made.id}") == b"1", "the poll to wait")
+    refused = httpx.post(f"{served.url}/v1/changes/page", headers=headers,
+                         json={"after": after, "wait": 0})
+    assert refused.status_code == 429
+    admin.append("alice-chat", "user", "wakes the poll", user_id="alice")
+    poll.join()
+    assert waited[0].status_code == 200
+    assert broker.get(f"memq:running:{made.id}") == b"0"
