@@ -210,13 +210,9 @@ class Guard:
         share = self.shares.setdefault(who, asyncio.Semaphore(self.max_bodies_each))
         self.using[who] += 1
         held.callback(self._left, who)
-        try:
-            await asyncio.wait_for(share.acquire(), PLACE_WAIT_S)
-        except TimeoutError:
-            return 429, "RateLimited", ("this credential already has as many request bodies "
-                                        "being read as it may; retry in a moment")
-        held.callback(share.release)
-        return None
+        return await _taken(held, share, (
+            429, "RateLimited", "this credential already has as many request bodies being "
+                                "read as it may; retry in a moment"))
 
     def _left(self, who: str) -> None:
         self.using[who] -= 1
@@ -237,14 +233,9 @@ class Guard:
 
     async def _place(self, held: ExitStack, gate: Gate) -> tuple[int, str, str] | None:
         """One of the places bodies are read in (given back with ``held``), or 503."""
-        places = gate.places or self.places
-        try:
-            await asyncio.wait_for(places.acquire(), PLACE_WAIT_S)
-        except TimeoutError:
-            return 503, "Busy", ("this server reads as many request bodies as it allows at "
-                                 "once; retry in a moment")
-        held.callback(places.release)
-        return None
+        return await _taken(held, gate.places or self.places, (
+            503, "Busy", "this server reads as many request bodies as it allows at once; "
+                         "retry in a moment"))
 
     async def _read_in_time(self, receive: Receive, send: Send, gate: Gate) -> bytes | None:
         """The whole body, or None once the caller was told why not (413, 408)."""
@@ -295,6 +286,18 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 EXTRA_HEADERS = {401: [(b"www-authenticate", b'Bearer realm="memq"')],
                  429: [(b"retry-after", b"1")], 503: [(b"retry-after", b"1")]}
 
+
+
+async def _taken(held: ExitStack, places: asyncio.Semaphore, refusal: tuple[int, str, str]
+                 ) -> tuple[int, str, str] | None:
+    """One of ``places``, given back with ``held``; ``refusal`` if none came free within
+    :data:`PLACE_WAIT_S`."""
+    try:
+        await asyncio.wait_for(places.acquire(), PLACE_WAIT_S)
+    except TimeoutError:
+        return refusal
+    held.callback(places.release)
+    return None
 
 async def refuse(send: Send, status: int, name: str, detail: str) -> None:
     body = orjson.dumps(problem(name, status, detail))
