@@ -14,7 +14,8 @@ All of it is checked before the application parses anything, as a plain ASGI mid
   up to ``max_body_bytes`` (by its ``Content-Length`` or by what arrives: 413 before the
   rest is read) and within ``body_timeout_s`` (408): a body trickled a byte at a time does
   not hold a place for long, and what bodies hold in memory stays bounded.
-* One credential (``holder``: a key with its delegated tokens, a shared token) has at most
+* One credential (``holder``: a key with its delegated tokens; without a ``holder``, each
+  token; a shared role's token has no share, only the places all share) has at most
   ``max_bodies_each`` of those places (beyond, 429 after a second's wait: a burst of small
   bodies queues briefly), and while its body arrives a key holds one of its running calls
   (``holding``, its ``concurrent`` bound on every server; beyond, 429 at once): a caller
@@ -204,9 +205,9 @@ class Guard:
         """One of the credential's places for its body (given back with ``held``), or 429.
         A request without a bearer token came by the door (the console's forms), whose
         gate bounds it."""
-        if not token:
+        who = (self.holder(token) if self.holder else token) if token else None
+        if who is None:  # no one's share: the places every caller shares bound it
             return None
-        who = (self.holder(token) if self.holder else None) or token
         share = self.shares.setdefault(who, asyncio.Semaphore(self.max_bodies_each))
         self.using[who] += 1
         held.callback(self._left, who)

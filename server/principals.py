@@ -180,11 +180,13 @@ class Principals:
 
     def holder_of(self, presented: str) -> str | None:
         """Whose places among the bodies being read a token takes: its key's (a delegated
-        token's too, so minting tokens gains no places) or its shared role's; None: no one's."""
+        token's too, so minting tokens gains no places); None: no one's share, the places
+        every caller shares alone (a shared role's token: the deployment's own agents, or
+        the person, whom one share of 8 would throttle)."""
         found = self.principal(presented)
-        if found is None:
+        if found is None or found.grant is None:
             return None
-        return found.role.value if found.grant is None else f"key-{found.grant.key_id}"
+        return f"key-{found.grant.key_id}"
 
     def role_of(self, presented: str) -> Role | None:
         """As :meth:`Tokens.role_of`, for the guard's check before a body is read."""

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memq import RemoteMemoryClient
+from memq.authority import Role
 from memq.errors import RateLimited
 from memq.server.budgets import BURST_S, Budgets, cost
 from memq.server.principals import Grant
@@ -189,3 +190,23 @@ def test_a_key_trickling_bodies_holds_its_own_places_and_no_one_elses(
     admin.flush()
     for connection in slow:
         connection.close()
+
+
+def test_the_shared_tokens_have_no_share_of_their_own(served: Served) -> None:
+    """The deployment's own agents share one token: a share of 8 bodies would throttle all
+    of them together. Past 8 slow bodies, the agent token's next POST is still read."""
+    port = urlsplit(served.url).port
+    token = served.token(Role.AGENT)
+    head = (f"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+            f"{token}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{")
+    slow = [socket.create_connection(("127.0.0.1", port or 0)) for _ in range(12)]
+    for connection in slow:
+        connection.sendall(head.encode())
+    try:
+        answer = httpx.post(f"{served.url}/v1/messages", json={
+            "session_id": "a", "role": "user", "content": "x"},
+            headers={"Authorization": f"Bearer {token}"})
+        assert answer.is_success, answer.text
+    finally:
+        for connection in slow:
+            connection.close()
