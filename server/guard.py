@@ -20,7 +20,8 @@ All of it is checked before the application parses anything, as a plain ASGI mid
   bodies queues briefly), and while its body arrives a key holds one of its running calls
   (``holding``, its ``concurrent`` bound on every server; beyond, 429 at once): a caller
   trickling bodies on many sockets holds its own share, and every other caller's POSTs
-  (the admin's flush too) still find places.
+  (the admin's flush too) still find places; all shares together hold at most
+  :data:`KEYS_PART` of the places, so many keys at once cannot take the shared tokens'.
 """
 
 from __future__ import annotations
@@ -88,6 +89,11 @@ MAX_BODIES_EACH = 8
 """Bodies one credential may have read at once: an eighth of :data:`MAX_BODIES`, so a
 caller that trickles bodies on many sockets never holds every place."""
 
+KEYS_PART = 3 / 4
+"""Of the places bodies are read in, the part every share together may hold: the rest is
+always the shared tokens' (the deployment's agents and the person), however many keys
+trickle their bodies at once."""
+
 PLACE_WAIT_S = 1.0
 """How long a body waits for a place before it is refused with 503."""
 
@@ -127,6 +133,7 @@ class Guard:
         each token is a credential of its own."""
         self.holding = holding
         self.shares: dict[str, asyncio.Semaphore] = {}
+        self.shared_by_shares = asyncio.Semaphore(max(1, int(max_bodies * KEYS_PART)))
         self.using: Counter[str] = Counter()
         """Per holder, its share of the places and its bodies read or waiting for one (only
         while it has some: idle callers cost nothing)."""
@@ -213,7 +220,10 @@ class Guard:
         held.callback(self._left, who)
         return await _taken(held, share, (
             429, "RateLimited", "this credential already has as many request bodies being "
-                                "read as it may; retry in a moment"))
+                                "read as it may; retry in a moment")) or await _taken(
+            held, self.shared_by_shares, (
+                503, "Busy", "this server reads as many keys' request bodies as it allows "
+                             "at once; retry in a moment"))
 
     def _left(self, who: str) -> None:
         self.using[who] -= 1

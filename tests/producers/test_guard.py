@@ -43,7 +43,7 @@ async def echo(scope: Any, receive: Any, send: Any) -> None:
 def guarded(tmp_path: Path, **options: Any) -> Iterator[tuple[int, str]]:
     tokens = Tokens.in_directory(tmp_path)
     port = free_port()
-    app = Guard(echo, [], 1 << 20, tokens=tokens, **options)
+    app = Guard(echo, [], 1 << 20, **{"tokens": tokens, **options})
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -133,6 +133,42 @@ def test_one_credential_holds_at_most_its_share_of_the_body_places(tmp_path: Pat
         other = request(port, post(tokens.by_role[Role.ADMIN], 2), b"{}")
         assert status(other) == 200
         for connection in (*slow, other):
+            connection.close()
+
+
+class _Keys:
+    """Two keys' secrets and the person's token, as the server's door would know them."""
+
+    def __init__(self, person: str) -> None:
+        self.roles = {"secret-a": Role.AGENT, "secret-b": Role.AGENT, person: Role.ADMIN}
+
+    def role_of(self, presented: str) -> Role | None:
+        return self.roles.get(presented)
+
+    def holder_of(self, presented: str) -> str | None:
+        return {"secret-a": "key-a", "secret-b": "key-b"}.get(presented)
+
+
+def test_keys_together_leave_the_shared_tokens_places(tmp_path: Path) -> None:
+    """Each key holds at most its share, but enough keys trickling bodies at once held
+    every place, the person's too. Here two keys of 2 places each on a server of 4: the
+    second key's second body is refused, and the person's token is still read."""
+    person = Tokens.in_directory(tmp_path).by_role[Role.ADMIN]
+    door = _Keys(person)
+    with guarded(tmp_path, max_bodies=4, max_bodies_each=2, body_timeout_s=60,
+                 tokens=door, holder=door.holder_of) as (port, _):
+        slow = [request(port, post("secret-a", 100), b"{") for _ in range(2)]
+        slow.append(request(port, post("secret-b", 100), b"{"))
+
+        def bs_next_post() -> int:
+            connection = request(port, post("secret-b", 2), b"{}")
+            slow.append(connection)
+            return status(connection)
+
+        eventually(lambda: bs_next_post() == 503, "the keys' part of the places to be taken")
+        answer = request(port, post(person, 2), b"{}")
+        assert status(answer) == 200
+        for connection in (*slow, answer):
             connection.close()
 
 
