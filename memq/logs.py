@@ -70,11 +70,7 @@ class _JsonFormatter(logging.Formatter):
         try:
             return orjson.dumps(line, default=str).decode()
         except TypeError:  # a lone surrogate a caller sent, which is no UTF-8: shown escaped
-            return orjson.dumps({k: _escaped(v) for k, v in line.items()}, default=str).decode()
-
-
-def _escaped(value: Any) -> Any:
-    return printable(value) if isinstance(value, str) else printable(str(value))
+            return orjson.dumps({k: printable(str(v)) for k, v in line.items()}).decode()
 
 
 class _TextFormatter(logging.Formatter):
