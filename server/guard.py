@@ -298,7 +298,6 @@ EXTRA_HEADERS = {401: [(b"www-authenticate", b'Bearer realm="memq"')],
                  429: [(b"retry-after", b"1")], 503: [(b"retry-after", b"1")]}
 
 
-
 async def _taken(held: ExitStack, places: asyncio.Semaphore, refusal: tuple[int, str, str]
                  ) -> tuple[int, str, str] | None:
     """One of ``places``, given back with ``held``; ``refusal`` if none came free within
@@ -309,6 +308,7 @@ async def _taken(held: ExitStack, places: asyncio.Semaphore, refusal: tuple[int,
         return refusal
     held.callback(places.release)
     return None
+
 
 async def refuse(send: Send, status: int, name: str, detail: str) -> None:
     body = orjson.dumps(problem(name, status, detail))
