@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from memq.errors import PermissionDenied, ValidationError
-from memq.events.fields import check_characters
+from memq.events.fields import SHORT, check_characters
 from memq.narrowing import MAX_NAMES
 from memq.printable import shown
 
@@ -103,6 +103,9 @@ def _ids(what: str, given: Any) -> frozenset[str] | None:
             isinstance(item, str) and item for item in given):
         raise ValidationError(f"{what} must be a list of names, got {shown(given):.60}")
     for item in given:  # the tenants' separator among the control characters
+        if len(item) > SHORT:
+            raise ValidationError(f"{what}: a name is {len(item)} characters, over the "
+                                  f"{SHORT} limit")
         check_characters(what, item)
     return frozenset(given)
 

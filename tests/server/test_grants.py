@@ -349,6 +349,16 @@ def test_a_delegation_beyond_the_key_is_refused(admin: RemoteMemoryClient, serve
             backend.delegate(**asked)  # type: ignore[arg-type]
 
 
+def test_a_delegation_naming_a_name_no_call_could_use_is_refused_now(
+        admin: RemoteMemoryClient, served: Served) -> None:
+    """An agent's name is at most 200 characters in every call: a longer one in a token
+    (its key spans every agent) made a token no call could use, or one too long to read."""
+    with key_for(admin, served, users=["alice"], can=["read", "delegate"]) as backend:
+        with pytest.raises(ValidationError, match="agents: a name is 201 characters"):
+            backend.delegate(agents=["a" * 201])
+        assert backend.delegate(agents=["a" * 200]).token.startswith("md_")
+
+
 @pytest.mark.parametrize("call", ["task", "pause_task", "resume_task", "delete_task"])
 def test_a_key_limited_to_some_users_cannot_tell_a_task_from_no_task(
         admin: RemoteMemoryClient, served: Served, call: str) -> None:
