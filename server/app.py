@@ -88,13 +88,13 @@ def create_app(
         except MemqError:  # Redis away: the call itself meets it, and answers 503
             return False
 
-    def holding(token: str) -> AbstractContextManager[None]:
+    def paying(token: str) -> AbstractContextManager[None]:
         found = principals.principal(token)
-        return budgets.holding(None if found is None else found.grant)
+        return budgets.spend(None if found is None else found.grant, 1)
 
     return Guard(api, allowed_hosts, max_body_bytes, tokens=principals, spent=spent,
                  door=console.door(logins) if served_console else None,
-                 holder=principals.holder_of, holding=holding)
+                 holder=principals.holder_of, paying=paying)
 
 
 def on_console(request: Request) -> bool:

@@ -115,9 +115,12 @@ class Budgets:
                    concurrent=limits.key_concurrent)
 
     @contextmanager
-    def spend(self, grant: Grant | None, units: int, *, held: bool = False) -> Iterator[None]:
+    def spend(self, grant: Grant | None, units: int, *, held: bool = False,
+              paid: int = 0) -> Iterator[None]:
         """Hold a running place and ``units`` of the key's budget for one call; ``held``:
-        the call holds its place already (``holding``), spend the units alone."""
+        the call holds its place already (``holding``), spend the units alone; ``paid``:
+        of them, those paid already by whoever holds its place (the guard's first unit
+        of a POST): only the rest is spent, and nothing asked of Redis if none is left."""
         if grant is None:
             yield
             return
@@ -127,6 +130,10 @@ class Budgets:
             raise RateLimited(f"this call costs {units} units, more than this key's budget "
                               f"of {limit} a second (a write costs one per event): send "
                               "fewer events per call")
+        held, units = held or paid > 0, units - paid
+        if units <= 0:
+            yield
+            return
         with broker.translated(self.redis_url, "counting a key's budget"):
             outcome, ahead_ms = self._script(
                 keys=[_budget(grant), _running(grant)],

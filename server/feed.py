@@ -42,7 +42,7 @@ from memq.producers.operations import OPERATIONS
 from memq.server import bodies, grants
 from memq.server.principals import Principals
 from memq.server.remotes import Remote, caller
-from memq.server.routes import PROBLEMS, answer
+from memq.server.routes import PROBLEMS, PaidAtTheDoor, answer
 
 router = APIRouter(prefix="/v1")
 POSITION = re.compile(r"[0-9]{1,18}")
@@ -59,12 +59,14 @@ PageBody = bodies.body_model(OP)
 
 
 @router.post("/changes/page", response_model=dict[str, Any], responses=PROBLEMS)
-async def page(asked: PageBody, remote: Remote = Depends(caller)) -> Response:  # type: ignore[valid-type]  # noqa: B008
+async def page(asked: PageBody, remote: Remote = Depends(caller),  # type: ignore[valid-type]  # noqa: B008
+               paid: int = PaidAtTheDoor) -> Response:
     """One page of the feed after ``after``, waiting up to ``wait`` s for a commit."""
     given = asked.model_dump()  # type: ignore[attr-defined]
     wait = bounded("wait", given.pop("wait"), 0, MAX_WAIT_S)
-    async with _open(remote):
-        return answer({OP.answer: await _waited(remote, given, wait)})
+    # Paid at the door, the page's look is paid and its place held until it is answered.
+    async with nullcontext() if paid else _open(remote):
+        return answer({OP.answer: await _waited(remote, given, wait, spend=not paid)})
 
 
 @router.get("/changes", responses=PROBLEMS, response_class=StreamingResponse)
@@ -125,10 +127,12 @@ def _start(after: int | None, last_event_id: str | None) -> int | None:
     return int(last_event_id)
 
 
-async def _waited(remote: Remote, given: dict[str, Any], wait: float) -> ChangesPage:
-    """A page that moved past ``given["after"]``, or the last look once ``wait`` is over."""
+async def _waited(remote: Remote, given: dict[str, Any], wait: float, *, spend: bool
+                  ) -> ChangesPage:
+    """A page that moved past ``given["after"]``, or the last look once ``wait`` is over;
+    ``spend``: the first look spends the call's unit."""
     deadline, delay = time.monotonic() + wait, FIRST_POLL_S
-    found = await run_in_threadpool(_page, remote, given, True)
+    found = await run_in_threadpool(_page, remote, given, spend)
     while found.position <= (given["after"] or 0) and time.monotonic() < deadline:
         await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(2 * delay, LAST_POLL_S)
@@ -158,7 +162,7 @@ async def _events(request: Request, token: str, remote: Remote, given: dict[str,
                        ) or b": waiting for a commit\n\n"
         try:
             await run_in_threadpool(_still_valid, request, token, remote)
-            found = await _waited(remote, {**given, "after": found.position}, WAIT_S)
+            found = await _waited(remote, {**given, "after": found.position}, WAIT_S, spend=True)
         except MemqError as exc:
             yield b"event: error\ndata: " + orjson.dumps(from_error(exc)) + b"\n\n"
             return

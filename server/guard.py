@@ -17,11 +17,14 @@ All of it is checked before the application parses anything, as a plain ASGI mid
 * One credential (``holder``: a key with its delegated tokens; without a ``holder``, each
   token; a shared role's token has no share, only the places all share) has at most
   ``max_bodies_each`` of those places (beyond, 429 after a second's wait: a burst of small
-  bodies queues briefly), and while its body arrives a key holds one of its running calls
-  (``holding``, its ``concurrent`` bound on every server; beyond, 429 at once): a caller
+  bodies queues briefly), and before its body is read a key pays its call's first unit of
+  budget and takes one of its running calls (``paying``, its ``concurrent`` bound on every
+  server; beyond either, 429 at once), held until the call is answered: a caller
   trickling bodies on many sockets holds its own share, and every other caller's POSTs
   (the admin's flush too) still find places; all shares together hold at most
   :data:`KEYS_PART` of the places, so many keys at once cannot take the shared tokens'.
+  The route then pays only what the call costs beyond that unit (:data:`PAID`): one Redis
+  call to let a keyed POST in, and one to give its place back.
 """
 
 from __future__ import annotations
@@ -72,9 +75,14 @@ class RoleOf(Protocol):
     def role_of(self, presented: str) -> Role | None: ...
 
 
-Holding = Callable[[str], AbstractContextManager[object]]
-"""token -> held while its body arrives: one of its key's running calls (``Budgets.holding``);
-``RateLimited`` when its key has none left."""
+Paying = Callable[[str], AbstractContextManager[object]]
+"""token -> held from before its body is read until its call is answered: the call's first
+unit of its key's budget and one of its key's running calls (``Budgets.spend``);
+``RateLimited`` when its key has no room for either."""
+
+PAID = "memq.paid"
+"""Set in a request's ``state`` once the guard has paid its first unit (``paying``): what
+the route spends is the call's cost less that unit, in the place the guard holds."""
 
 
 class TooLarge(Exception):
@@ -112,7 +120,7 @@ class Guard:
                  spent: Callable[[str], bool] | None = None, door: Door | None = None,
                  max_bodies_each: int = MAX_BODIES_EACH,
                  holder: Callable[[str], str | None] | None = None,
-                 holding: Holding | None = None) -> None:
+                 paying: Paying | None = None) -> None:
         self.app = app
         hosts = frozenset(h.lower().strip("[]") for h in allowed_hosts)
         self.any_host = "*" in hosts
@@ -131,7 +139,7 @@ class Guard:
         self.holder = holder
         """Whose places a token's bodies take (a delegated token's are its key's); None:
         each token is a credential of its own."""
-        self.holding = holding
+        self.paying = paying
         self.shares: dict[str, asyncio.Semaphore] = {}
         self.shared_by_shares = asyncio.Semaphore(max(1, int(max_bodies * KEYS_PART)))
         self.using: Counter[str] = Counter()
@@ -198,15 +206,16 @@ class Guard:
 
     async def _with_body(self, scope: Scope, receive: Receive, send: Send,
                          gate: Gate, token: str) -> None:
-        with ExitStack() as held:
-            refusal = (await self._share(held, token) or self._hold(held, token)
-                       or await self._place(held, gate))
-            if refusal is not None:
-                await refuse(send, *refusal)
-                return
-            body = await self._read_in_time(receive, send, gate)
-        if body is not None:
-            await self.app(scope, _replay(body, receive), send)
+        with ExitStack() as running:  # the key's place, until its call is answered
+            with ExitStack() as reading:  # the places bodies are read in
+                refusal = (await self._share(reading, token) or self._pay(running, token, scope)
+                           or await self._place(reading, gate))
+                if refusal is not None:
+                    await refuse(send, *refusal)
+                    return
+                body = await self._read_in_time(receive, send, gate)
+            if body is not None:
+                await self.app(scope, _replay(body, receive), _giving_back(running, send))
 
     async def _share(self, held: ExitStack, token: str) -> tuple[int, str, str] | None:
         """One of the credential's places for its body (given back with ``held``), or 429.
@@ -230,16 +239,18 @@ class Guard:
         if self.using[who] <= 0:  # nobody holds or waits on its share: forget it
             del self.using[who], self.shares[who]
 
-    def _hold(self, held: ExitStack, token: str) -> tuple[int, str, str] | None:
-        """One of the key's running calls while its body arrives (``holding``), or why not."""
-        if self.holding is None or not token:
+    def _pay(self, held: ExitStack, token: str, scope: Scope) -> tuple[int, str, str] | None:
+        """The call's first unit and one of the key's running calls (``paying``), held
+        with ``held`` and marked :data:`PAID` in the request's state; or why not."""
+        if self.paying is None or not token:
             return None
         try:  # one quick Redis call, in the loop, as the token's own check is
-            held.enter_context(self.holding(token))
+            held.enter_context(self.paying(token))
         except RateLimited as exc:
             return 429, "RateLimited", str(exc)
         except MemqError:  # Redis away: the call could not be counted, nor served
             return 503, "BrokerError", "this key's calls cannot be counted now; retry soon"
+        scope.setdefault("state", {})[PAID] = True
         return None
 
     async def _place(self, held: ExitStack, gate: Gate) -> tuple[int, str, str] | None:
@@ -296,6 +307,17 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 EXTRA_HEADERS = {401: [(b"www-authenticate", b'Bearer realm="memq"')],
                  429: [(b"retry-after", b"1")], 503: [(b"retry-after", b"1")]}
+
+
+def _giving_back(running: ExitStack, send: Send) -> Send:
+    """``send``, which gives back what ``running`` holds just before the answer's last part
+    goes out: a caller that hears its call answered finds its key's place free for the
+    next (a key of one running call sends call after call)."""
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            running.close()
+        await send(message)
+    return sending
 
 
 async def _taken(held: ExitStack, places: asyncio.Semaphore, refusal: tuple[int, str, str]

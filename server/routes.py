@@ -27,12 +27,21 @@ from memq.producers.surface import Surface
 from memq.server import bodies as b
 from memq.server import grants
 from memq.server.budgets import cost
+from memq.server.guard import PAID
 from memq.server.principals import Principals
 from memq.server.remotes import Remote, caller
 from memq.store.read.documents import Document
 
 router = APIRouter(prefix="/v1")
 Caller = Depends(caller)
+
+
+def paid_at_the_door(request: Request) -> int:
+    """The units of the call the guard paid before its body was read (``guard.PAID``)."""
+    return 1 if request.scope.get("state", {}).get(PAID) else 0
+
+
+PaidAtTheDoor = Depends(paid_at_the_door)
 PROBLEMS: dict[int | str, dict[str, Any]] = {
     code: {"description": "problem details (RFC 9457), `title` names the memq error",
            "content": {"application/problem+json": {}}}
@@ -116,6 +125,7 @@ def endpoint(op: Operation, parameters: list[inspect.Parameter]) -> Callable[...
 
     def call(**given: Any) -> Response:
         remote: Remote = given.pop("remote")
+        paid: int = given.pop("paid")
         asked = given.pop("asked", None)
         if asked is None and model is not None and "asked" in names:
             asked = model()  # a body of defaults alone may be left out (curl's flush)
@@ -124,7 +134,9 @@ def endpoint(op: Operation, parameters: list[inspect.Parameter]) -> Callable[...
         units = cost(op.name, given, writes=op.kind is Kind.WRITE)
         # Spent before the grant is checked: a refused call costs its caller too, or
         # probing for what lies outside the grant would be free.
-        with remote.budgets.spend(remote.grant, units) if remote.budgets else nullcontext():
+        spending = remote.budgets.spend(remote.grant, units, paid=paid) if remote.budgets \
+            else nullcontext()
+        with spending:
             stored = grants.admit(remote.grant, op, given, remote.client, remote.claimed)
             answered = RUN[op.kind](op, remote, stored)
             if remote.grant is not None and op.name in grants.APPENDS:
@@ -133,7 +145,9 @@ def endpoint(op: Operation, parameters: list[inspect.Parameter]) -> Callable[...
 
     call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [*parameters, inspect.Parameter("remote", inspect.Parameter.KEYWORD_ONLY,
-                                        default=Caller, annotation=Remote)])
+                                        default=Caller, annotation=Remote),
+         inspect.Parameter("paid", inspect.Parameter.KEYWORD_ONLY, default=PaidAtTheDoor,
+                           annotation=int)])
     call.__name__ = call.__qualname__ = op.name
     call.__doc__ = inspect.getdoc(getattr(Surface, op.name))
     return call

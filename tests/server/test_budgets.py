@@ -210,3 +210,43 @@ def test_the_shared_tokens_have_no_share_of_their_own(served: Served) -> None:
     finally:
         for connection in slow:
             connection.close()
+
+
+def test_a_keyed_post_asks_redis_once_to_come_in_and_once_to_leave(
+    admin: RemoteMemoryClient, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard pays a POST's first unit and takes its running place before the body is
+    read, and holds it until the call is answered; the route spends only what the call
+    costs beyond it. Before, the body's place and the call's were taken and given back
+    apart: four Redis calls on every keyed POST, where the shared token makes none."""
+    made = admin.create_key("one-at-a-time", users=["alice"], concurrent=1)
+    admin.flush()
+    asked: list[str] = []
+    real = redis.Redis.execute_command
+
+    def counted(self: redis.Redis, *args: object, **options: object) -> object:
+        budget = {f"memq:budget:{made.id}", f"memq:running:{made.id}"}
+        if budget & {str(a) for a in args}:
+            asked.append(str(args[0]))
+        return real(self, *args, **options)
+
+    with RemoteMemoryClient(served.url, token=made.secret) as key:
+        key.append("a", "user", "hello", user_id="alice")
+        key.flush()  # the key read, the scripts loaded
+        monkeypatch.setattr(redis.Redis, "execute_command", counted)
+        for _ in range(5):  # its one place is the call's: never taken twice
+            key.get_context("a", "what was said", scope="user")
+    assert sorted(asked) == ["DECRBY"] * 5 + ["EVALSHA"] * 5
+
+
+def test_a_write_of_n_events_costs_n_units_with_the_first_paid_at_the_door(
+    admin: RemoteMemoryClient, served: Served
+) -> None:
+    made = admin.create_key("four-a-second", users=["alice"], units_per_s=4)
+    admin.flush()
+    turns = [{"session_id": "a", "role": "user", "content": f"t{i}", "user_id": "alice"}
+             for i in range(4)]
+    with RemoteMemoryClient(served.url, token=made.secret) as key:
+        assert key.append_many(turns)  # 1 at the door + 3: its whole second, not 5
+        with pytest.raises(RateLimited, match="budget"):
+            key.append_many(turns)
