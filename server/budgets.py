@@ -63,21 +63,11 @@ if not held then
 end
 return {0, after - now}
 """
-"""KEYS: the key's budget, its running calls; ARGV: the call's cost and :data:`BURST_S`
-in milliseconds at the key's rate, its calls at once at most, the running count's
+"""KEYS: the key's budget, its running calls; ARGV: the call's cost (0: a place alone) and
+:data:`BURST_S` in milliseconds at the key's rate, its calls at once at most, the running count's
 lifetime (s), and '1' if the call already holds its running place (``holding``).
 Returns 0 (let in), 1 (over its budget) or 2 (too many calls running), and
 how far ahead of Redis' clock the key's spending runs (ms)."""
-
-_HOLD = """
-local running = tonumber(redis.call('GET', KEYS[1]) or '0')
-if running >= tonumber(ARGV[1]) then return 0 end
-redis.call('INCR', KEYS[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
-"""KEYS: the key's running calls; ARGV: its calls at once at most, the count's lifetime (s).
-Returns 1 (a place taken) or 0 (none left)."""
 
 TOO_MANY_RUNNING = "this key already has as many calls running as it may; retry in a moment"
 
@@ -101,7 +91,6 @@ class Budgets:
         self.units_per_s = units_per_s
         self.concurrent = concurrent
         self._script = connection.register_script(_SPEND)
-        self._hold = connection.register_script(_HOLD)
         self._seen: dict[str, _Seen] = {}
         """Per key, what its last call here learned of the budget of every server: the
         guard's early refusal needs no read of its own on every call."""
@@ -118,7 +107,8 @@ class Budgets:
     def spend(self, grant: Grant | None, units: int, *, held: bool = False,
               paid: int = 0) -> Iterator[None]:
         """Hold a running place and ``units`` of the key's budget for one call; ``held``:
-        the call holds its place already (``holding``), spend the units alone; ``paid``:
+        the call holds its place already (``holding``), spend the units alone (none:
+        just a place); ``paid``:
         of them, those paid already by whoever holds its place (the guard's first unit
         of a POST): only the rest is spent, and nothing asked of Redis if none is left."""
         if grant is None:
@@ -131,7 +121,7 @@ class Budgets:
                               f"of {limit} a second (a write costs one per event): send "
                               "fewer events per call")
         held, units = held or paid > 0, units - paid
-        if units <= 0:
+        if units <= 0 and held:
             yield
             return
         with broker.translated(self.redis_url, "counting a key's budget"):
@@ -141,7 +131,8 @@ class Budgets:
                       self._concurrent(grant), RUNNING_TTL_S, int(held)])
         if outcome == 2:
             raise RateLimited(TOO_MANY_RUNNING)
-        self._saw(grant, units, int(ahead_ms) / 1000)
+        if units > 0:  # a place taken alone says nothing of the key's smallest call
+            self._saw(grant, units, int(ahead_ms) / 1000)
         if outcome == 1:
             wait = int(ahead_ms) / 1000 + units / limit - BURST_S
             raise RateLimited(f"this key is over its budget of {limit} units a second (a "
@@ -157,19 +148,12 @@ class Budgets:
     @contextmanager
     def holding(self, grant: Grant | None) -> Iterator[None]:
         """Hold one of the key's running places, spending none of its budget: while its
-        request body arrives, or its change feed is open. ``RateLimited`` past its bound."""
+        change feed is open. ``RateLimited`` past its bound."""
         if grant is None:
             yield
             return
-        with broker.translated(self.redis_url, "counting a key's running calls"):
-            taken = self._hold(keys=[_running(grant)], args=[self._concurrent(grant),
-                                                               RUNNING_TTL_S])
-        if not taken:
-            raise RateLimited(TOO_MANY_RUNNING)
-        try:
+        with self.spend(grant, 0):  # the script that spends, with nothing to spend
             yield
-        finally:
-            self._give_back(grant)
 
     def renew(self, grant: Grant | None) -> None:
         """Keep the key's running count alive: a place held longer than
@@ -216,8 +200,8 @@ class Budgets:
 
 
 def _ms(units: float, limit: int) -> int:
-    """``units`` at ``limit`` a second, in whole milliseconds (at least one)."""
-    return max(1, math.ceil(units * 1000 / limit))
+    """``units`` at ``limit`` a second, in whole milliseconds (at least one, unless none)."""
+    return max(1, math.ceil(units * 1000 / limit)) if units > 0 else 0
 
 
 def _budget(grant: Grant) -> str:
