@@ -43,6 +43,7 @@ MIGRATIONS: list[Migration] = [
     Migration("0011_rejected_stream", f.rejected_stream),
     Migration("0011b_tombstones", f.tombstones),
     Migration("0011c_macro_ordinals", f.macro_ordinals),
+    Migration("0011d_macro_owners", f.macro_owners),
     Migration("0012_macros_without_literals", f.macros_without_literals),
     Migration("0013_scopes", m.scopes),
     Migration("0014_facts_per_user", m.facts_per_user),
@@ -68,4 +69,5 @@ MIGRATIONS: list[Migration] = [
     Migration("0034_lexical_merging", m.lexical_merging),
     Migration("0035_lexical_vocabulary", m.lexical_vocabulary),
     Migration("0036_lexical_inserts_plain", m.lexical_inserts_plain),
+    Migration("0037_macros_per_user", m.macros_per_user),
 ]

@@ -294,6 +294,22 @@ def macro_ordinals(cur: apsw.Cursor) -> None:
     cur.execute("CREATE UNIQUE INDEX macros_by_ordinal ON macros(ordinal)")
 
 
+def macro_owners(cur: apsw.Cursor) -> None:
+    # Macros are learned per user too (store/projections/macros.py): a row's `owner` is the
+    # stored user id whose sessions taught it, NULL for the tenant-wide aggregate, so a
+    # transition is one row per owner. Placed before 0012 although added later, because
+    # 0012 and 0024 replay the log through today's appliers, which write this column; the
+    # per-user rows are learned by 0037.
+    cur.execute(
+        """
+        ALTER TABLE macros ADD COLUMN owner TEXT;
+        DROP INDEX macros_by_transition;
+        CREATE UNIQUE INDEX macros_by_transition
+            ON macros(trigger_tool, trigger_args_pattern, ifnull(owner, ''), next_tool);
+        """
+    )
+
+
 def tombstones(cur: apsw.Cursor) -> None:
     # A forgotten event stays in the log as a tombstone: `erased_by` names the event that
     # erased it, and its payload is emptied (store/projections/forgetting.py). Placed before

@@ -330,6 +330,16 @@ def macro_content_ids(cur: apsw.Cursor) -> None:
     cur.execute("UPDATE events SET version = 2 WHERE type = 'macro.used' AND version = 1")
 
 
+def macros_per_user(cur: apsw.Cursor) -> None:
+    # Learned macros were only the tenant-wide aggregate, which showed the bare words of
+    # one user's calls to a key limited to another. Each transition in a session that has
+    # a user is now also counted in rows of that user (the column, 0011d); the aggregate
+    # keeps its ids and counts. Relearned from the log, as a rebuild would learn them.
+    from memq.store.projections.macros import relearn
+
+    relearn(cur)
+
+
 def fact_versions(cur: apsw.Cursor) -> None:
     # A fact's values over time, filled from the log as a rebuild fills it.
     from memq.store.projections import facts

@@ -7,19 +7,27 @@ under its tool alone. ``macro_next_args`` counts the argument templates seen aft
 macro, at most :data:`MAX_TEMPLATES` per macro (the least used, then the oldest, goes).
 ``created_at`` / ``updated_at`` come from the events, never from the clock.
 
-A learned macro's id is a hash of its transition (:func:`content_id`), not its place in
-the order macros were learned: forgetting calls relearns the projection from the calls
-left, and every macro those calls still teach keeps its id, so the uses recorded of it
-and the ids agents hold stay right. ``ordinal`` is that place, what ids were before
-migration 0024: a ``macro.used`` logged before it (version 1) named its macro so, and is
-turned into a use by id when a replay applies it (:func:`apply_used`).
+Each transition is counted twice when its session has a user: into the tenant-wide
+aggregate (``owner`` NULL), which local clients and keys of every user read, and into
+rows of that user (``owner``, the stored user id), which a key limited to some users reads
+instead (``producers/macros.py``): such a key is never shown a word of another user's
+calls. The session's user is the one at that point of the log
+(:func:`memq.store.projections.sessions.user_at`), so a replay finds the same.
+
+A learned macro's id is a hash of its transition (:func:`content_id`; a user's row hashes
+its owner too), not its place in the order macros were learned: forgetting calls relearns
+the projection from the calls left, and every macro those calls still teach keeps its id,
+so the uses recorded of it and the ids agents hold stay right. ``ordinal`` is that place,
+what ids were before migration 0024: a ``macro.used`` logged before it (version 1) named
+its macro so, and is turned into a use by id when a replay applies it
+(:func:`apply_used`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import apsw
 import orjson
@@ -28,6 +36,7 @@ from memq.errors import InvalidEvent
 from memq.events import INT64_LIMIT, Event, EventType, check_identifier
 from memq.store.effects import Effects
 from memq.store.projections.base import Applier
+from memq.store.projections.sessions import user_at
 from memq.store.write.log import read_events
 from memq.toolcalls import (
     ANY_ARGS,
@@ -46,15 +55,22 @@ MAX_MACRO_ID = 2**53 - 1
 (JavaScript) reads them exactly."""
 
 
-def content_id(tool: str, pattern: str, next_tool: str) -> int:
-    """The id a learned macro ``tool(pattern)`` → ``next_tool`` is given, unless another
-    macro holds it (then the next free one, :func:`_free_id`)."""
-    key = orjson.dumps([tool, pattern, next_tool])
-    digest = hashlib.blake2b(key, digest_size=8, person=b"memq.macro").digest()
+def content_id(tool: str, pattern: str, next_tool: str, owner: str | None = None) -> int:
+    """The id a learned macro ``tool(pattern)`` → ``next_tool`` of ``owner`` (None: the
+    tenant-wide aggregate) is given, unless another macro holds it (then the next free
+    one, :func:`_free_id`)."""
+    fields = [tool, pattern, next_tool] if owner is None else [tool, pattern, next_tool, owner]
+    digest = hashlib.blake2b(orjson.dumps(fields), digest_size=8, person=b"memq.macro").digest()
     return int.from_bytes(digest, "big") % MAX_MACRO_ID + 1
 
 
 def apply_observed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -> None:
+    observe(cur, event, seq, per_user=True)
+
+
+def observe(cur: apsw.Cursor, event: Event, seq: int, *, per_user: bool) -> None:
+    """Count the transition from the session's previous call; ``per_user``: for the
+    session's user too (False only where the log predates users, :func:`relearn`)."""
     tool = check_identifier("tool", event.payload["tool"], error=InvalidEvent)
     args: dict[str, Any] = event.payload["args"]
     session = event.session_id
@@ -63,7 +79,8 @@ def apply_observed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
     ).fetchone()
     if previous is not None:
         previous_tool, previous_args = str(previous[0]), orjson.loads(str(previous[1]))
-        learn(cur, previous_tool, previous_args, tool, args, seq, event.created_at)
+        owner = user_at(cur, str(session), seq) if per_user else None
+        learn(cur, previous_tool, previous_args, tool, args, seq, event.created_at, owner)
     cur.execute(
         """INSERT INTO macro_last_calls (session_id, tool, args_json, seq) VALUES (?, ?, ?, ?)
            ON CONFLICT (session_id) DO UPDATE SET
@@ -72,46 +89,65 @@ def apply_observed(cur: apsw.Cursor, event: Event, seq: int, effects: Effects) -
     )
 
 
+class _Transition(NamedTuple):
+    tool: str
+    pattern: str
+    next_tool: str
+    owner: str | None
+    at: str
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """The query parameters: ``holder`` is the owner as the index holds it."""
+        return {"tool": self.tool, "pattern": self.pattern, "next": self.next_tool,
+                "holder": self.owner or "", "at": self.at}
+
+
 def learn(
     cur: apsw.Cursor, tool: str, args: dict[str, Any], next_tool: str,
-    next_args: dict[str, Any], seq: int, at: str,
+    next_args: dict[str, Any], seq: int, at: str, owner: str | None = None,
 ) -> None:
-    """Count one transition ``tool(args)`` → ``next_tool(next_args)``."""
+    """Count one transition ``tool(args)`` → ``next_tool(next_args)``: into the tenant-wide
+    aggregate, and into ``owner``'s rows when the calls are a user's."""
     template = next_args_template(next_args, args)
-    for pattern in (args_pattern(args), ANY_ARGS):
-        macro_id, current = _count_transition(cur, tool, pattern, next_tool, at)
-        _count_trigger(cur, tool, pattern)
-        _count_template(cur, macro_id, current, template, seq)
+    patterns = (args_pattern(args), ANY_ARGS)
+    for holder in (None,) if owner is None else (None, owner):
+        for pattern in patterns:
+            transition = _Transition(tool, pattern, next_tool, holder, at)
+            macro_id, current = _count_transition(cur, transition)
+            _count_trigger(cur, transition)
+            _count_template(cur, macro_id, current, template, seq)
 
 
-def _count_transition(
-    cur: apsw.Cursor, tool: str, pattern: str, next_tool: str, at: str
-) -> tuple[int, str | None]:
+# The terms of the index macros_by_transition, word for word, for SQLite to seek it.
+_SAME_TRIGGER = """trigger_tool = :tool AND trigger_args_pattern = :pattern
+    AND ifnull(owner, '') = :holder"""
+
+
+def _count_transition(cur: apsw.Cursor, transition: _Transition) -> tuple[int, str | None]:
     """Add one to n(A→B); returns the macro's id and its current next_args."""
-    key = {"tool": tool, "pattern": pattern, "next": next_tool, "at": at}
+    key = transition.key
     row = cur.execute(
-        """UPDATE macros SET transition_count = transition_count + 1, updated_at = :at
-           WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern AND next_tool = :next
-           RETURNING id, next_args""",
+        f"""UPDATE macros SET transition_count = transition_count + 1, updated_at = :at
+            WHERE {_SAME_TRIGGER} AND next_tool = :next RETURNING id, next_args""",
         key,
     ).fetchone()
     if row is not None:
         return int(row[0]), None if row[1] is None else str(row[1])
     # A new successor starts with its siblings' n(A); _count_trigger then adds this one.
     # (Looked up apart: as a subquery inside the INSERT it cost five times more.)
-    siblings = cur.execute(
-        """SELECT max(trigger_count) FROM macros
-           WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern""",
-        key,
-    ).fetchone()
-    macro_id = _free_id(cur, content_id(tool, pattern, next_tool))
-    ordinal = cur.execute(_NEXT_ORDINAL).get
+    siblings = cur.execute(f"SELECT max(trigger_count) FROM macros WHERE {_SAME_TRIGGER}",
+                           key).fetchone()
+    macro_id = _free_id(cur, content_id(*transition[:4]))
+    # A place only for the aggregate, the rows ids were places of (before 0024).
+    ordinal = cur.execute(_NEXT_ORDINAL).get if transition.owner is None else None
     cur.execute(
         """INSERT INTO macros (id, ordinal, trigger_tool, trigger_args_pattern, next_tool,
                next_args, confidence, used_count, created_at, updated_at, transition_count,
-               trigger_count)
-           VALUES (:id, :ordinal, :tool, :pattern, :next, NULL, 0.0, 0, :at, :at, 1, :n)""",
-        {**key, "id": macro_id, "ordinal": ordinal,
+               trigger_count, owner)
+           VALUES (:id, :ordinal, :tool, :pattern, :next, NULL, 0.0, 0, :at, :at, 1, :n,
+               :owner)""",
+        {**key, "id": macro_id, "ordinal": ordinal, "owner": transition.owner,
          "n": (siblings[0] if siblings else None) or 0},
     )
     return macro_id, None
@@ -132,14 +168,14 @@ def _free_id(cur: apsw.Cursor, wanted: int) -> int:
     return wanted
 
 
-def _count_trigger(cur: apsw.Cursor, tool: str, pattern: str) -> None:
+def _count_trigger(cur: apsw.Cursor, transition: _Transition) -> None:
     # n(A) grew by one, so every successor of A under this pattern gets a new estimate:
     # memq.toolcalls.confidence, written in SQL (right-hand sides read the old values).
     cur.execute(
-        """UPDATE macros SET trigger_count = trigger_count + 1,
-               confidence = (transition_count + :hits) / (trigger_count + 1 + :total)
-           WHERE trigger_tool = :tool AND trigger_args_pattern = :pattern""",
-        {"hits": PRIOR_HITS, "total": PRIOR_TOTAL, "tool": tool, "pattern": pattern},
+        f"""UPDATE macros SET trigger_count = trigger_count + 1,
+                confidence = (transition_count + :hits) / (trigger_count + 1 + :total)
+            WHERE {_SAME_TRIGGER}""",
+        {"hits": PRIOR_HITS, "total": PRIOR_TOTAL, **transition.key},
     )
 
 
@@ -264,6 +300,7 @@ def relearn(cur: apsw.Cursor, refused: Callable[[int], None] | None = None,
     and would otherwise be applied twice.
     """
     cur.execute("DELETE FROM macros; DELETE FROM macro_next_args; DELETE FROM macro_last_calls")
+    appliers = {**APPLIERS, EventType.MACRO_OBSERVED: _observing(cur)}
     effects = Effects()  # macros owe no follow-up
     feeding = (*APPLIERS, EventType.SESSION_FORGOTTEN)
     count = 0
@@ -272,13 +309,22 @@ def relearn(cur: apsw.Cursor, refused: Callable[[int], None] | None = None,
             forget_session(cur, str(event.session_id))
         else:
             try:
-                APPLIERS[event.type](cur, event, seq, effects)
+                appliers[event.type](cur, event, seq, effects)
             except InvalidEvent:
                 if refused is None:
                     raise
                 refused(seq)
         count += 1
     return count
+
+
+def _observing(cur: apsw.Cursor) -> Applier:
+    """``macro.observed``'s applier for a relearning: per user too, unless the schema
+    predates the positions of erased messages (migration 0012 relearns before users
+    existed; 0037 learns the per-user rows)."""
+    known = cur.execute("SELECT 1 FROM pragma_table_info('erased_messages') "
+                        "WHERE name = 'seq'").fetchone() is not None
+    return lambda c, event, seq, effects: observe(c, event, seq, per_user=known)
 
 
 APPLIERS: dict[str, Applier] = {

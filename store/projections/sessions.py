@@ -70,6 +70,14 @@ _OWNERS_THEN = """
         AND e.seq < j.value AND e.erased_by > j.value
     GROUP BY j.key"""
 
+# The messages the session holds now, then those erased after ``seq``: a seek each.
+_USER_AT = f"""
+    SELECT * FROM (SELECT user_id FROM messages
+                   WHERE session_id = :session AND seq < :seq AND {visible()} LIMIT 1)
+    UNION ALL
+    SELECT * FROM (SELECT user_id FROM erased_messages
+                   WHERE session_id = :session AND seq < :seq AND erased_by > :seq LIMIT 1)"""
+
 _RECOUNT = f"""
     UPDATE sessions SET
         message_count = (SELECT count(*) FROM messages m WHERE m.session_id = sessions.session_id
@@ -174,6 +182,15 @@ def owned(cur: apsw.Cursor, sessions: Iterable[str]) -> dict[str, Owner]:
     change it (only emptying the session does)."""
     return {session: owner for session, owner in _owners(cur, sessions).items()
             if owner != Owner(None, None)}
+
+
+def user_at(cur: apsw.Cursor, session: str, seq: int) -> str | None:
+    """The user whose session ``session`` was at position ``seq`` of the log: the user of
+    its messages written before ``seq`` and still there at ``seq`` (all of them had the
+    session's owner then), or None. The same live, on a rebuild and when a projection is
+    relearned from the log: the messages erased since are found in ``erased_messages``."""
+    found = cur.execute(_USER_AT, {"session": session, "seq": seq}).fetchone()
+    return None if found is None else found[0]
 
 
 def _owners(cur: apsw.Cursor, sessions: Iterable[str]) -> dict[str, Owner]:
