@@ -8,6 +8,7 @@ or above ``[macros] min_confidence`` are returned, best first.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from memq.printable import shown
 from memq.producers.mixin import ClientBase
 from memq.producers.ops import Op, Read
 from memq.store.read.macros import Macro, candidates, trigger_tool
-from memq.toolcalls import ANY_ARGS, args_pattern, fill_template, shrink_args
+from memq.toolcalls import ANY_ARGS, args_pattern, confidence, fill_template, shrink_args
 
 MAX_ID = 2**63 - 1
 """SQLite's largest integer: a bigger id cannot exist, nor be looked up."""
@@ -47,6 +48,11 @@ class MacroSuggestion:
 class MacrosOps(ClientBase):
     """The tool-chaining operations (``producers/ops.py``) both clients run."""
 
+    macro_owners: frozenset[str] | None = None
+    """Whose learned macros this client reads: None, the tenant-wide aggregate (a local
+    client, a shared token, a key of every user); else those stored users' own rows, set
+    by ``memq serve`` from a key's grant (``server/grants.py``), never by a caller."""
+
     def _record_tool_call_op(
         self, session_id: str, tool: str, args: Mapping[str, Any] | None
     ) -> Op[str]:
@@ -61,7 +67,10 @@ class MacrosOps(ClientBase):
     ) -> Op[list[MacroSuggestion]]:
         tool = check_identifier("tool", tool)
         shrunk = self._tool_args(args)
-        rows = yield Read(candidates, (tool, args_pattern(shrunk)))
+        owners = self.macro_owners
+        rows = yield Read(candidates, (tool, args_pattern(shrunk), owners))
+        if owners is not None and len(owners) > 1:
+            rows = merged(rows)
         settings = self.config.macros
         chosen = [m for m in _best_per_next_tool(rows) if m.confidence >= settings.min_confidence]
         # References are filled from this call's own arguments, as given: a secret of the
@@ -97,6 +106,31 @@ class MacrosOps(ClientBase):
         if size > limit:
             raise ValidationError(f"args are {size} bytes once shortened, over the {limit} limit")
         return shrunk
+
+
+def merged(rows: list[Macro]) -> list[Macro]:
+    """Several users' rows of the same transition as one: their counts summed and the
+    confidence estimated again from them; its id and template are the row's with the most
+    transitions (ties: the older, then the lower id)."""
+    same: dict[tuple[str, str, str], list[Macro]] = {}
+    for row in rows:
+        same.setdefault((row.trigger_tool, row.trigger_args_pattern, row.next_tool),
+                        []).append(row)
+    return [_merge(group) for group in same.values()]
+
+
+def _merge(group: list[Macro]) -> Macro:
+    if len(group) == 1:
+        return group[0]
+    lead = min(group, key=lambda m: (-m.transition_count, m.created_at, m.id))
+    transitions = sum(m.transition_count for m in group)
+    triggers = sum(m.trigger_count for m in group)
+    return dataclasses.replace(
+        lead, transition_count=transitions, trigger_count=triggers,
+        confidence=confidence(transitions, triggers),
+        used_count=sum(m.used_count for m in group),
+        created_at=min(m.created_at for m in group),
+        updated_at=max(m.updated_at for m in group))
 
 
 def _best_per_next_tool(rows: list[Macro]) -> list[Macro]:

@@ -87,7 +87,7 @@ class GrantedClient:
             found = self._for_grant.get(grant)
             if found is None:
                 client = self.base.with_own_outbox(self.keyed, private=True)
-                client.outbox.acting_for = grant.mark
+                grants.as_key(client, grant)
                 found = self._for_grant[grant] = (client, set())
                 while len(self._for_grant) > self.cap:
                     self._for_grant.popitem(last=False)

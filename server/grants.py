@@ -15,6 +15,9 @@ names, so every operation of the table is covered the same way:
 - ``get_context`` at ``agent`` scope would search other users' sessions of the agent: a
   key limited to some users searches at session or user scope.
 - Lists (``sessions``) show only granted sessions.
+- Learned tool macros: a key limited to some users reads its users' own rows
+  (:func:`as_key`), and a macro id of any other row is ``NotFound``, as one that does not
+  exist. A key of every user reads the tenant's aggregate, as a shared token does.
 
 What a key may do (``read``, ``write``, ``forget``) is the operation's right
 (:data:`~memq.producers.operations.OPERATIONS`); minting keys is never a key's.
@@ -30,12 +33,14 @@ from memq import tenants
 from memq.errors import NotFound, PermissionDenied
 from memq.printable import shown
 from memq.producers.client import MemoryClient
+from memq.producers.macros import MAX_ID
 from memq.producers.operations import Operation, Right
 from memq.producers.tasks import no_task
 from memq.server import tenancy
 from memq.server.principals import Grant
 from memq.store.read.audit import key_of
 from memq.store.read.changes import Change
+from memq.store.read.macros import owner as macro_owner
 from memq.store.read.sessions import Owner, SessionInfo
 
 GLOBAL_WRITES = frozenset({"set_fact", "delete_fact", "put_document", "delete_document",
@@ -82,9 +87,38 @@ def _admit_limited(grant: Grant, op: Operation, given: dict[str, Any],
         _admit_names(grant, op, turn, owner_of, claimed)
 
 
+def as_key(client: MemoryClient, grant: Grant) -> None:
+    """Make ``client`` (a key's own, ``with_own_outbox``) act for ``grant``: its events name
+    the key, so the writer checks and records it, and its suggestions come from the
+    macros its users' calls taught (all the tenant's when it has every user)."""
+    client.outbox.acting_for = grant.mark
+    client.macro_owners = macro_owners(grant)
+
+
+def macro_owners(grant: Grant) -> frozenset[str] | None:
+    """The stored users whose learned macros ``grant`` reads; None: the aggregate."""
+    if grant.users is None:
+        return None
+    return frozenset(tenants.inside(grant.tenant, user) for user in grant.users)
+
+
+def _admit_macro(grant: Grant, given: dict[str, Any], client: MemoryClient) -> None:
+    """A key limited to some users uses only its users' macros: any other id is answered
+    as one that does not exist."""
+    macro_id, owners = given.get("macro_id"), macro_owners(grant)
+    if owners is None or type(macro_id) is not int or not 1 <= macro_id <= MAX_ID:
+        return  # every user's key, or an id the call itself refuses
+    with client.readers.connection() as conn:
+        if macro_owner(conn, macro_id) not in owners:
+            raise NotFound(f"no macro {macro_id}")
+
+
 def _admit_shared(grant: Grant, op: Operation, given: dict[str, Any],
                   client: MemoryClient) -> None:
-    """What is every user's (tasks), what crosses users or agents (scopes, lists, forgets)."""
+    """What is every user's (tasks), what crosses users or agents (scopes, lists, forgets),
+    and the learned macros of others."""
+    if op.name == "use_macro":
+        _admit_macro(grant, given, client)
     if op.name in TASKS:
         if op.name == "schedule_task":
             raise PermissionDenied("tasks are every user's and agent's: a key limited to "

@@ -40,6 +40,7 @@ from memq.names import KEY_POSITION_BASE
 from memq.producers.client import MemoryClient
 from memq.producers.outbox import Outbox
 from memq.rejections import sent_as
+from memq.server import grants
 from memq.server.budgets import Budgets
 from memq.server.principals import Grant, Principal, Principals
 
@@ -189,8 +190,8 @@ class Remotes:
                 waiter = client.with_own_outbox(sender)
                 client.outbox.sender = waiter.outbox.sender = sender_of(*key)
                 if principal.grant is not None:  # the writer checks and records the key
-                    client.outbox.acting_for = principal.grant.mark
-                    waiter.outbox.acting_for = principal.grant.mark
+                    grants.as_key(client, principal.grant)
+                    grants.as_key(waiter, principal.grant)
                 remote = self._remotes[key] = Remote(client, waiter, self._waits(principal),
                                                      grant=principal.grant,
                                                      budgets=self.budgets)

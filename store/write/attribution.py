@@ -2,12 +2,12 @@
 ``memq serve`` did before sending it, and records which key it came through.
 
 The second check of the same rule (``server/grants.py`` is the first): a key's event that
-reaches another user's session, a user the key does not name, a global fact or document
-or a task (every user's) when the key is limited to some users, or that needs a right the
-key lacks, is set aside with the reason. A key revoked or expired before the event was
-applied sends nothing more. The key an event came through is kept beside the log
-(``event_keys``), for ``memq audit``; forgetting erases the event's payload, never who sent
-it or when.
+reaches another user's session, a user the key does not name, a global fact or document, a
+task (every user's) or a macro its users' calls did not teach when the key is limited to
+some users, or that needs a right the key lacks, is set aside with the reason. A key
+revoked or expired before the event was applied sends nothing more. The key an event came
+through is kept beside the log (``event_keys``), for ``memq audit``; forgetting erases the
+event's payload, never who sent it or when.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import orjson
 from memq import narrowing, tenants
 from memq.events import Event, EventType
 from memq.printable import shown
+from memq.store.read.macros import owner as macro_owner
 from memq.store.read.scope import Owner
 from memq.store.write import bulk
 
@@ -150,6 +151,8 @@ def _outside(cur: apsw.Cursor, event: Event, key_id: str, users: set[str] | None
         return None
     if event.type in TASKS:
         return f"{event.type}: tasks are every user's and agent's, outside key {key_id}'s"
+    if event.type == EventType.MACRO_USED:
+        return _other_macro(cur, event, key_id, users)
     user, agent, what = _owner(cur, event, reads)
     if what is None:
         return None
@@ -160,6 +163,17 @@ def _outside(cur: apsw.Cursor, event: Event, key_id: str, users: set[str] | None
             held = f"no {kind}," if have is None else f"a {kind}"
             return f"{event.type}: {what} of {held} outside key {key_id}'s grant"
     return None
+
+
+def _other_macro(cur: apsw.Cursor, event: Event, key_id: str,
+                 users: set[str] | None) -> str | None:
+    """A key limited to some users uses only the macros its users' calls taught: not the
+    tenant's aggregate, nor another user's (the key reads neither)."""
+    macro_id = event.payload.get("macro_id")
+    if users is None or macro_owner(cur, macro_id) in users:
+        return None
+    # The same reason for one that does not exist: the key learns nothing of whose it is.
+    return f"{event.type}: macro {shown(macro_id):.30} is not one of key {key_id}'s users'"
 
 
 def _owner(cur: apsw.Cursor, event: Event, reads: Reads
