@@ -23,7 +23,10 @@ pattern (``x = 1`` is ``x = <num>``, a path ``<path>``, long text ``<text>``);
 Macros are shared by every session, so a template holds only references (filled from the
 caller's own arguments when suggested), placeholders and bare words: command words, and
 also the words of short unquoted text, which nothing here tells from a command line (a
-ticket's title: docs/security.md says what another user may read).
+ticket's title). So the writer learns each transition twice, into the tenant's aggregate
+and into rows of the session's user: a key limited to some users reads only its users'
+rows, never another user's words; a credential of every user reads the aggregate
+(docs/security.md).
 Secret-looking values (:mod:`memq.sensitive`: by the argument's name or by the value's
 shape) become ``<secret>`` in patterns and templates alike, and :func:`shrink_args`
 replaces them before a call is even recorded.

@@ -3,7 +3,9 @@
 The learning rule is :mod:`memq.toolcalls`; the writer keeps the counts. A suggestion
 comes from the macros triggered by the tool with the call's argument pattern or with any
 arguments; for each next tool the more confident of the two is kept, and only those at
-or above ``[macros] min_confidence`` are returned, best first.
+or above ``[macros] min_confidence`` are returned, best first. The macros read are the
+tenant's aggregate, or for a key limited to some users its users' own
+(:attr:`MacrosOps.macro_owners`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ class MacroSuggestion:
     """Its most usual arguments, with references to this call's arguments filled in;
     None when none were recorded. Other values are placeholders for the caller to fill
     (``<path>``, ``<email>``, ``<str>``, ``<text>``, ``<secret>``...), bare words as they
-    were (command words, and the words of short unquoted text: see the security model)."""
+    were (command words, and the words of short unquoted text): through a key limited to
+    some users, only those of its users' calls; else any user's of the tenant (see the
+    security model)."""
     confidence: float
     count: int
     """How many times this transition was seen."""
