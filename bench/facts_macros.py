@@ -2,7 +2,9 @@
 
 Writer side: events per second applied through the writer's own batch code (real SQLite
 file, no Redis, batches of 500), for ``fact.set`` and ``macro.observed`` against
-``message.appended`` (the baseline every deployment already pays).
+``message.appended`` (the baseline every deployment already pays); ``macro.observed`` in
+sessions without a user (the tenant's aggregate alone) and in sessions of 10 users (each
+call also counted in its user's rows; each session's first event is one turn naming it).
 Read side: ``fact_history`` (a scan of the log's fact events) and ``relevant_facts``
 (lexical scoring of every fact) against ``list_facts`` over the same table.
 Last, relearning the macros from every recorded call (a forget of tool calls, a
@@ -57,6 +59,14 @@ def fact_sets(n: int, keys: int, rng: random.Random) -> list[Event]:
         "value": " ".join(rng.choices(WORDS, k=6))}) for k in chosen]
 
 
+def users_tool_calls(n: int, rng: random.Random) -> list[Event]:
+    """:func:`tool_calls` in sessions that each have a user (10 users, 50 sessions)."""
+    turns = [event(EventType.MESSAGE_APPENDED, {
+        "message_id": uuid7(), "role": "user", "importance": 0.5, "content": "hello",
+        "user_id": f"u{i % 10}"}, f"s{i}") for i in range(50)]
+    return turns + tool_calls(n - len(turns), rng)
+
+
 def tool_calls(n: int, rng: random.Random) -> list[Event]:
     tools = [("terminal", lambda: {"command": rng.choice(["git status", "git diff", "ls -la"])}),
              ("read_file", lambda: {"path": f"src/m{rng.randrange(200)}.py"}),
@@ -106,6 +116,7 @@ def main() -> None:
         "message.appended (baseline)": messages(args.events, rng),
         "fact.set": fact_sets(args.events, args.facts, rng),
         "macro.observed": tool_calls(args.events, rng),
+        "macro.observed, users' sessions": users_tool_calls(args.events, rng),
     }
     with tempfile.TemporaryDirectory(prefix="memq-bench-") as tmp:
         base = Path(tmp)
@@ -120,7 +131,7 @@ def main() -> None:
         print(f"writer, {args.events} events per type, batches of {BATCH}, "
               f"best of {args.rounds} interleaved rounds:")
         for name, rate in rates.items():
-            print(f"  {name:<30} {rate:>9,.0f} events/s   x{rate / baseline:.2f} of baseline")
+            print(f"  {name:<32} {rate:>9,.0f} events/s   x{rate / baseline:.2f} of baseline")
         facts_db = base / "r0-1.db"
         reader = open_connection(facts_db, readonly=True)
         reads = {
@@ -135,13 +146,14 @@ def main() -> None:
         for name, ms in times.items():
             print(f"  {name:<30} {ms:>8.2f} ms   x{ms / times['list_facts (baseline)']:.2f}")
         reader.close()
-        relearned = relearn_s(base / f"r{args.rounds - 1}-2.db")
-        per_call = relearned / args.events * 1e6
-        applied = 1e6 / rates["macro.observed"]
-        print(f"relearning the macros from {args.events} recorded calls (what a forget of "
-              f"tool calls or a tool_calls_days pass does, in the writer's transaction): "
-              f"{relearned:.2f} s, {per_call:.0f} µs a call, x{per_call / applied:.2f} of "
-              "applying them")
+        for n, name in ((2, "macro.observed"), (3, "macro.observed, users' sessions")):
+            relearned = relearn_s(base / f"r{args.rounds - 1}-{n}.db")
+            per_call = relearned / args.events * 1e6
+            applied = 1e6 / rates[name]
+            print(f"relearning the macros from {args.events} recorded calls ({name}; what "
+                  "a forget of tool calls or a tool_calls_days pass does, in the writer's "
+                  f"transaction): {relearned:.2f} s, {per_call:.0f} µs a call, "
+                  f"x{per_call / applied:.2f} of applying them")
 
 
 def relearn_s(path: Path) -> float:

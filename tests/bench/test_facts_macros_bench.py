@@ -20,7 +20,8 @@ def test_the_facts_and_macros_bench_prints_rates_and_read_times() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
-    for name in ("message.appended (baseline)", "fact.set", "macro.observed"):
+    for name in ("message.appended (baseline)", "fact.set", "macro.observed",
+                 "macro.observed, users' sessions"):
         assert re.search(rf"{re.escape(name)} +[\d,]+ events/s +x[\d.]+ of baseline", out), name
     for name in ("list_facts (baseline)", "fact_history(one key)", "relevant_facts(query, 5)"):
         assert re.search(rf"{re.escape(name)} +[\d.]+ ms +x[\d.]+", out), name
