@@ -335,8 +335,13 @@ def macros_per_user(cur: apsw.Cursor) -> None:
     # one user's calls to a key limited to another. Each transition in a session that has
     # a user is now also counted in rows of that user (the column, 0011d); the aggregate
     # keeps its ids and counts. Relearned from the log, as a rebuild would learn them.
+    # Forgetting a user also erases their calls in sessions emptied since, found by the
+    # owners erased_messages keeps (store/projections/forgetting.py).
     from memq.store.projections.macros import relearn
 
+    cur.execute("CREATE INDEX IF NOT EXISTS erased_messages_by_user "
+                "ON erased_messages(user_id, session_id) "
+                "WHERE user_id IS NOT NULL")
     relearn(cur)
 
 

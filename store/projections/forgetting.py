@@ -13,7 +13,8 @@ transaction, set-based (one statement per table, whatever the number of messages
   its payload becomes ``{}`` and ``erased_by`` names the erasing event. A rebuild skips
   tombstones, and the live projections equal what it gives;
 - for a user, also their facts and documents, and the tombstones of their fact and
-  document events;
+  document events, and of their tool calls in sessions that lost them as owner since (a
+  retention or a message forget emptied them: ``erased_messages`` says whose they were);
 - the sessions' rows (a forgotten session keeps only its mark, so that other processes
   see that it changed), their macro chains, the rejected events that name them, and the
   legacy rows they were imported from; learned macros are recomputed from the log when
@@ -61,6 +62,7 @@ from memq.store.projections.erasing import (
     Doomed,
     erase,
     json_list,
+    relearn_macros,
 )
 from memq.store.projections.erasure_steps import deferred, drain, hides_user
 from memq.store.projections.fact_versions import forget_user as forget_versions
@@ -80,6 +82,18 @@ _TOMBSTONE_DOCUMENTS = f"""
     WHERE json_extract(payload, '$.user_id') = :user
       AND type IN ('document.put', 'document.deleted', 'document.touched')
       AND erased_by IS NULL AND seq < :by"""
+# The user's tool calls in sessions that are no longer theirs: a retention or a message
+# forget emptied them (they lost their owner), and erased_messages says the user's turns
+# were there when each call was logged (what the macros learned as the user's: sessions.
+# user_at). Seeks: erased_messages_by_user, then events_by_session over each turn's life.
+_TOMBSTONE_CALLS_LEFT = f"""
+    UPDATE events SET payload = '{TOMBSTONE}', erased_by = :by
+    WHERE seq IN (
+        SELECT c.seq FROM erased_messages AS e
+        JOIN events AS c ON c.session_id = e.session_id AND c.seq > e.seq
+            AND c.seq < min(e.erased_by, :by)
+        WHERE e.user_id = :user AND c.type = 'macro.observed' AND c.erased_by IS NULL)
+    RETURNING seq"""
 # Both: only the events logged before the forget. A fact or document set after it (later
 # in the same batch, or in a later one) is the user's new data, and stays.
 # By session and type first (events_by_session), then each summary event's sources. Only
@@ -134,6 +148,7 @@ def apply_user_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effe
     else:
         doomed = _messages(cur, "user_id = ?", user)
         messages, events = erase(cur, sessions, doomed, seq, effects, user)
+    events += _forget_calls_left(cur, user, seq, effects)
     cur.execute("DELETE FROM facts WHERE user_id = ?", (user,))
     forget_versions(cur, user)
     cur.execute(_TOMBSTONE_FACTS, {"by": seq, "user": user})
@@ -147,6 +162,16 @@ def apply_user_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effe
     _record(cur, event, seq, ("user", None, user), (messages, events))
     if doomed is not None:  # else once its last step is done (erasure_steps.py)
         effects.erased.append(Erasure(event.id, seq, tuple(doomed.ids)))
+
+
+def _forget_calls_left(cur: apsw.Cursor, user: str, seq: int, effects: Effects) -> int:
+    """Tombstone the user's calls in sessions they no longer own, and learn the macros
+    again without them; returns the events erased."""
+    gone = [int(r[0]) for r in cur.execute(_TOMBSTONE_CALLS_LEFT, {"by": seq, "user": user})]
+    if not gone:
+        return 0
+    effects.tombstoned.update(gone)
+    return len(gone) + relearn_macros(cur, seq)
 
 
 def apply_message_forgotten(cur: apsw.Cursor, event: Event, seq: int, effects: Effects

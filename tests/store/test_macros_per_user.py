@@ -146,3 +146,18 @@ def test_an_upgrade_learns_the_rows_of_each_user(log: EventLog) -> None:
     assert schema.migrate(log.conn) == ["0037_macros_per_user"]
     assert log.dump() == before
     log.assert_rebuild_equal()
+
+
+def test_forgetting_a_user_takes_their_calls_in_sessions_emptied_before(log: EventLog) -> None:
+    """Retention erased every turn of bob's session, which then had no user any more: his
+    calls there were still his, and forgetting him takes them and the rows they taught."""
+    log.send(turn("bob-1", "bob"), *habit("bob-1", BOBS, 1))
+    log.send(event(EventType.RETENTION_APPLIED, {"messages_before": at(30),
+                                                 "sessions": ["bob-1"]}, created_at=at(58)))
+    assert "bob" in by_owner(log)
+    log.send(event(EventType.USER_FORGOTTEN, {"user_id": "bob"}, created_at=at(59)))
+    log.erase_steps()
+    assert set(by_owner(log)) <= {None}
+    assert "projectzebra" not in repr(log.dump()["macros"])
+    assert "projectzebra" not in repr(log.rows("SELECT payload FROM events"))
+    log.assert_rebuild_equal()
