@@ -64,6 +64,11 @@ def admit(grant: Grant | None, op: Operation, given: dict[str, Any],
     if op.right is Right.ADMIN or op.right.value not in grant.rights:
         raise PermissionDenied(f"this key may not {op.right.value}: {op.name} needs it")
     tenancy.refuse_other_tenants(grant.tenant, op, given, client)
+    if op.name == "suggest_next_tools" and client.macro_owners != macro_owners(grant):
+        # Closed rather than open: a key's client made without as_key would read the
+        # tenant's aggregate, every user's words.
+        raise PermissionDenied("this server's client for the key reads other macros than "
+                               "the key's")
     if op.name == "wait_forgotten" and _key_of(client, given.get("event_id")) != grant.key_id:
         raise NotFound(f"no forget {shown(given.get('event_id')):.60} sent with this key "
                        "(flush it first)")

@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from memq import MemoryClient, RemoteMemoryClient
 from memq.config import Config
-from memq.errors import EventsRejected, NotFound
+from memq.errors import EventsRejected, NotFound, PermissionDenied
 from memq.producers.macros import MacroSuggestion
+from memq.producers.operations import OPERATIONS
+from memq.server import grants
 from memq.server.granted import CALLER, GrantedClient
 from memq.server.principals import KeyRing, keys_in
 from memq.store.projections.macros import content_id
@@ -155,6 +157,23 @@ def test_the_mcp_servers_client_reads_the_macros_of_the_requests_key(
                 tools.use_macro(content_id("terminal", args_pattern(BOBS), "notify", "bob"))
         finally:
             CALLER.reset(reset)
+
+
+def test_a_keys_client_that_would_read_the_aggregate_is_refused(
+        config: Config, writer: WriterThread) -> None:
+    """A server that made a key's client without its grant's macros fails closed."""
+    with MemoryClient(config=config) as person:
+        secret = person.create_key("alice", users=["alice"], can=["read", "write"]).secret
+        person.flush()
+        grant = KeyRing(keys_in(person.readers)).grant_of(secret)
+        assert grant is not None
+        with pytest.raises(PermissionDenied, match="reads other macros than the key's"):
+            grants.admit(grant, OPERATIONS["suggest_next_tools"], {"tool": "terminal"},
+                         person)
+        keyed = person.with_own_outbox(private=True)
+        grants.as_key(keyed, grant)
+        assert grants.admit(grant, OPERATIONS["suggest_next_tools"], {"tool": "terminal"},
+                            keyed) == {"tool": "terminal"}
 
 
 # -- generated: what a key of alice is suggested depends on alice's calls alone -----------
