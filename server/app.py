@@ -90,7 +90,7 @@ def create_app(
 
     def paying(token: str) -> AbstractContextManager[None]:
         found = principals.principal(token)
-        return budgets.spend(None if found is None else found.grant, 1)
+        return budgets.entering(None if found is None else found.grant)
 
     return Guard(api, allowed_hosts, max_body_bytes, tokens=principals, spent=spent,
                  door=console.door(logins) if served_console else None,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -107,10 +107,9 @@ class Budgets:
     def spend(self, grant: Grant | None, units: int, *, held: bool = False,
               paid: int = 0) -> Iterator[None]:
         """Hold a running place and ``units`` of the key's budget for one call; ``held``:
-        the call holds its place already (``holding``), spend the units alone (none:
-        just a place); ``paid``:
-        of them, those paid already by whoever holds its place (the guard's first unit
-        of a POST): only the rest is spent, and nothing asked of Redis if none is left."""
+        the call holds its place already (``holding``), spend the units alone; ``paid``:
+        of them, those paid already by whoever holds its place (:meth:`entering`): only
+        the rest is spent, and nothing asked of Redis if none is left."""
         if grant is None:
             yield
             return
@@ -120,30 +119,26 @@ class Budgets:
             raise RateLimited(f"this call costs {units} units, more than this key's budget "
                               f"of {limit} a second (a write costs one per event): send "
                               "fewer events per call")
-        held, units = held or paid > 0, units - paid
-        if units <= 0 and held:
+        held = held or paid > 0
+        if units > paid:
+            self._ask(grant, units - paid, held, size=units)
+        else:
+            self._saw(grant, units, None)
+        with nullcontext() if held else self._giving_back(grant):
+            yield
+
+    @contextmanager
+    def entering(self, grant: Grant | None) -> Iterator[None]:
+        """A call's first unit and one of the key's running places, held until it is
+        answered, before its size is known (the guard, before a POST's body is read): what
+        the server saw of the key's smallest call stays what its calls said, or the
+        guard's early refusal would wait for room for one unit, not for its calls."""
+        if grant is None:
             yield
             return
-        with broker.translated(self.redis_url, "counting a key's budget"):
-            outcome, ahead_ms = self._script(
-                keys=[_budget(grant), _running(grant)],
-                args=[_ms(units, limit), _ms(limit * BURST_S, limit),
-                      self._concurrent(grant), RUNNING_TTL_S, int(held)])
-        if outcome == 2:
-            raise RateLimited(TOO_MANY_RUNNING)
-        if units > 0:  # a place taken alone says nothing of the key's smallest call
-            self._saw(grant, units, int(ahead_ms) / 1000)
-        if outcome == 1:
-            wait = int(ahead_ms) / 1000 + units / limit - BURST_S
-            raise RateLimited(f"this key is over its budget of {limit} units a second (a "
-                              f"write costs one per event): retry in {wait:.2f} s")
-        if held:
+        self._ask(grant, 1, held=False, size=None)
+        with self._giving_back(grant):
             yield
-            return
-        try:
-            yield
-        finally:
-            self._give_back(grant)
 
     @contextmanager
     def holding(self, grant: Grant | None) -> Iterator[None]:
@@ -152,8 +147,33 @@ class Budgets:
         if grant is None:
             yield
             return
-        with self.spend(grant, 0):  # the script that spends, with nothing to spend
+        self._ask(grant, 0, held=False, size=None)
+        with self._giving_back(grant):
             yield
+
+    def _ask(self, grant: Grant, units: int, held: bool, size: int | None) -> None:
+        """Spend ``units`` (and take a running place unless ``held``) in Redis, for a call
+        of ``size`` units (None: not known yet); ``RateLimited`` if refused."""
+        limit = self._limit(grant)
+        with broker.translated(self.redis_url, "counting a key's budget"):
+            outcome, ahead_ms = self._script(
+                keys=[_budget(grant), _running(grant)],
+                args=[_ms(units, limit), _ms(limit * BURST_S, limit),
+                      self._concurrent(grant), RUNNING_TTL_S, int(held)])
+        if outcome == 2:
+            raise RateLimited(TOO_MANY_RUNNING)
+        self._saw(grant, size, int(ahead_ms) / 1000)
+        if outcome == 1:
+            wait = int(ahead_ms) / 1000 + units / limit - BURST_S
+            raise RateLimited(f"this key is over its budget of {limit} units a second (a "
+                              f"write costs one per event): retry in {wait:.2f} s")
+
+    @contextmanager
+    def _giving_back(self, grant: Grant) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            self._give_back(grant)
 
     def renew(self, grant: Grant | None) -> None:
         """Keep the key's running count alive: a place held longer than
@@ -178,13 +198,17 @@ class Budgets:
         smallest = seen.smallest if now - seen.since < BURST_S else 1
         return seen.paid_at - now + smallest / self._limit(grant) > BURST_S
 
-    def _saw(self, grant: Grant, units: int, ahead_s: float | None) -> None:
-        """A call of ``units`` was judged; Redis said how far ahead the key's spending
-        runs (None: not asked)."""
+    def _saw(self, grant: Grant, units: int | None, ahead_s: float | None) -> None:
+        """A call of ``units`` was judged (None: of a size not known yet); Redis said how
+        far ahead the key's spending runs (None: not asked)."""
         if len(self._seen) > MAX_KEYS_SEEN:  # keys idle for long: of no use now
             self._seen.clear()
         now = time.monotonic()
         seen = self._seen.get(grant.key_id)
+        if units is None:
+            if seen is not None and ahead_s is not None:
+                seen.paid_at = now + ahead_s
+            return
         if seen is None or now - seen.since >= BURST_S:
             paid_at = now if seen is None else seen.paid_at
             seen = self._seen[grant.key_id] = _Seen(paid_at, units, now)
