@@ -258,7 +258,7 @@ def test_the_first_unit_paid_at_the_door_leaves_the_keys_smallest_call_as_it_was
     """The guard pays a POST's first unit before its size is known; had that unit counted
     as the key's smallest call, the early refusal would wait for room for one unit, and a
     flood of 100-turn calls past its budget would have every body read and parsed before
-    its refusal (another key's slowest turns took ×1.7 longer under such a flood)."""
+    its refusal (another key's slowest turns took 1.7 times longer under such a flood)."""
     budgets = Budgets(redis.Redis.from_url(redis_url), redis_url, units_per_s=10,
                       concurrent=5)
     key = grant(key_id=secrets.token_hex(8))
