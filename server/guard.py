@@ -77,7 +77,7 @@ class RoleOf(Protocol):
 
 Paying = Callable[[str], AbstractContextManager[object]]
 """token -> held from before its body is read until its call is answered: the call's first
-unit of its key's budget and one of its key's running calls (``Budgets.spend``);
+unit of its key's budget and one of its key's running calls (``Budgets.entering``);
 ``RateLimited`` when its key has no room for either."""
 
 PAID = "memq.paid"
