@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -127,27 +127,25 @@ class Budgets:
         with nullcontext() if held else self._giving_back(grant):
             yield
 
-    @contextmanager
-    def entering(self, grant: Grant | None) -> Iterator[None]:
+    def entering(self, grant: Grant | None) -> AbstractContextManager[None]:
         """A call's first unit and one of the key's running places, held until it is
         answered, before its size is known (the guard, before a POST's body is read): what
         the server saw of the key's smallest call stays what its calls said, or the
         guard's early refusal would wait for room for one unit, not for its calls."""
-        if grant is None:
-            yield
-            return
-        self._ask(grant, 1, held=False, size=None)
-        with self._giving_back(grant):
-            yield
+        return self._placed(grant, 1)
 
-    @contextmanager
-    def holding(self, grant: Grant | None) -> Iterator[None]:
+    def holding(self, grant: Grant | None) -> AbstractContextManager[None]:
         """Hold one of the key's running places, spending none of its budget: while its
         change feed is open. ``RateLimited`` past its bound."""
+        return self._placed(grant, 0)
+
+    @contextmanager
+    def _placed(self, grant: Grant | None, units: int) -> Iterator[None]:
+        """A running place and ``units`` of a call of a size not known, given back after."""
         if grant is None:
             yield
             return
-        self._ask(grant, 0, held=False, size=None)
+        self._ask(grant, units, held=False, size=None)
         with self._giving_back(grant):
             yield
 
