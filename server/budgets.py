@@ -6,10 +6,10 @@ and every other key's turns would wait behind its backlog. A read costs 1, a wri
 event it sends (a batch of 100 turns, 100); past its budget a key gets ``RateLimited``
 (429, ``Retry-After``) and nothing is sent. The running calls are a counter
 (``memq:running:<key>``, with a lifetime so a server that died mid-call gives its places
-back). A call is running from the moment its request body starts to arrive (the guard
-holds a place while it reads it) and for as long as a change feed it opened stays open:
-a key that trickles bodies or keeps streams open spends its own places, not the
-server's. The shared tokens are the person's and trusted hosts': never limited here.
+back). A call is running from before its request body is read (the guard takes its place
+and pays its first unit then) until it is answered, and for as long as a change feed it
+opened stays open: a key that trickles bodies or keeps streams open spends its own places,
+not the server's. The shared tokens are the person's and trusted hosts': never limited here.
 
 **The budget refills continuously** (the generic cell rate algorithm): ``memq:budget:<key>``
 holds the time, on Redis' clock, at which everything the key was let spend would have
@@ -65,12 +65,9 @@ return {0, after - now}
 """
 """KEYS: the key's budget, its running calls; ARGV: the call's cost (0: a place alone) and
 :data:`BURST_S` in milliseconds at the key's rate, its calls at once at most, the running count's
-lifetime (s), and '1' if the call already holds its running place (``holding``).
+lifetime (s), and '1' if the call already holds its running place.
 Returns 0 (let in), 1 (over its budget) or 2 (too many calls running), and
 how far ahead of Redis' clock the key's spending runs (ms)."""
-
-TOO_MANY_RUNNING = "this key already has as many calls running as it may; retry in a moment"
-
 
 @dataclass
 class _Seen:
@@ -159,7 +156,8 @@ class Budgets:
                 args=[_ms(units, limit), _ms(limit * BURST_S, limit),
                       self._concurrent(grant), RUNNING_TTL_S, int(held)])
         if outcome == 2:
-            raise RateLimited(TOO_MANY_RUNNING)
+            raise RateLimited("this key already has as many calls running as it may; "
+                              "retry in a moment")
         self._saw(grant, size, int(ahead_ms) / 1000)
         if outcome == 1:
             wait = int(ahead_ms) / 1000 + units / limit - BURST_S
@@ -171,7 +169,8 @@ class Budgets:
         try:
             yield
         finally:
-            self._give_back(grant)
+            with broker.translated(self.redis_url, "giving back a key's place"):
+                self.redis.decr(_running(grant))
 
     def renew(self, grant: Grant | None) -> None:
         """Keep the key's running count alive: a place held longer than
@@ -179,10 +178,6 @@ class Budgets:
         if grant is not None:
             with broker.translated(self.redis_url, "renewing a key's running calls"):
                 self.redis.expire(_running(grant), RUNNING_TTL_S)
-
-    def _give_back(self, grant: Grant) -> None:
-        with broker.translated(self.redis_url, "giving back a key's place"):
-            self.redis.decr(_running(grant))
 
     def spent(self, grant: Grant | None) -> bool:
         """Whether ``grant``'s key has no room now for the smallest call it made here in
