@@ -43,9 +43,11 @@ def test_a_page_waits_for_a_commit_and_says_where_to_go_on(client: MemoryClient)
     assert page.position == page.newest == page.changes[-1].position
     empty = client.changes_page(page.position, wait=0.0)
     assert (empty.changes, empty.position) == ([], page.position)
-    threading.Timer(0.2, lambda: (client.append("s1", "user", "second"),
-                                  client.flush())).start()
+    later = threading.Timer(0.2, lambda: (client.append("s1", "user", "second"),
+                                          client.flush()))
+    later.start()
     waited = client.changes_page(page.position, wait=10.0)
+    later.join()  # its flush may still be on the wire when the page has come back
     assert [c.data["content"] for c in waited.changes if c.data] == ["second"]
 
 
