@@ -23,8 +23,9 @@ All of it is checked before the application parses anything, as a plain ASGI mid
   trickling bodies on many sockets holds its own share, and every other caller's POSTs
   (the admin's flush too) still find places; all shares together hold at most
   :data:`KEYS_PART` of the places, so many keys at once cannot take the shared tokens'.
-  The route then pays only what the call costs beyond that unit (:data:`PAID`): one Redis
-  call to let a keyed POST in, and one to give its place back.
+  The route then pays only what the call costs beyond that unit (:data:`PAID`). Its
+  server keeps a place and units ahead for the key's next calls (``budgets.py``): a key
+  calling steadily asks Redis once in many calls.
 """
 
 from __future__ import annotations
@@ -244,7 +245,7 @@ class Guard:
         with ``held`` and marked :data:`PAID` in the request's state; or why not."""
         if self.paying is None or not token:
             return None
-        try:  # one quick Redis call, in the loop, as the token's own check is
+        try:  # in the loop: seldom a Redis call (what the server holds ahead serves most)
             held.enter_context(self.paying(token))
         except RateLimited as exc:
             return 429, "RateLimited", str(exc)

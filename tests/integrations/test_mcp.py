@@ -308,9 +308,11 @@ def test_over_http_a_keys_tool_calls_spend_its_budget(http_server: str,
         person.flush()
         grant = KeyRing(keys_in(person.readers)).grant_of(key.secret)
         assert grant is not None
-        with Budgets.configured(person).spend(grant, 1):  # its one place, on another server
+        other_server = Budgets.configured(person)
+        with other_server.spend(grant, 1):  # its one place, on another server
             held = asyncio.run(_calls(with_token(http_server, key.secret), [
                 remember, recall, _set_fact("seat", "aisle")]))
+        other_server.give_back_idle(older_than=0.0)  # kept there no longer
         # The fact's flush also waits for anything the refused calls might have sent.
         flood = asyncio.run(_calls(with_token(http_server, key.secret),
                                    [_set_fact("meal", "veg"), *[recall] * 30]))
