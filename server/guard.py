@@ -327,10 +327,13 @@ async def _taken(held: ExitStack, places: asyncio.Semaphore, refusal: tuple[int,
                  ) -> tuple[int, str, str] | None:
     """One of ``places``, given back with ``held``; ``refusal`` if none came free within
     :data:`PLACE_WAIT_S`."""
-    try:
-        await asyncio.wait_for(places.acquire(), PLACE_WAIT_S)
-    except TimeoutError:
-        return refusal
+    if places.locked():  # wait_for makes a task and a timer: only when there is a wait
+        try:
+            await asyncio.wait_for(places.acquire(), PLACE_WAIT_S)
+        except TimeoutError:
+            return refusal
+    else:
+        await places.acquire()  # free: taken at once, never suspended
     held.callback(places.release)
     return None
 
