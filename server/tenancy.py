@@ -158,9 +158,12 @@ def _strip(tenant: str, item: Any) -> Any:
     for field in dataclasses.fields(item):
         value = getattr(item, field.name)
         if field.name in names and isinstance(value, str):
-            changes[field.name] = _outside(tenant, value, field.name)
-        elif dataclasses.is_dataclass(value):
-            changes[field.name] = _strip(tenant, value)
+            name = _outside(tenant, value, field.name)
+            if name != value:
+                changes[field.name] = name
+        elif dataclasses.is_dataclass(value) and (inner := _strip(tenant, value)) is not value:
+            changes[field.name] = inner
+    # In the default tenant the stored names are the names: nothing is copied.
     return dataclasses.replace(item, **changes) if changes else item
 
 
