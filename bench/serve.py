@@ -20,7 +20,10 @@ twice so that drift in the machine's load hits both sides:
 
 Then authorization's cost: the same ``get_context`` calls over HTTP with an API key that
 names the sessions' users (``memq keys create --user ...``: each call checks the session's
-owner against the grant), against the shared agent token, alternately in the same run.
+owner against the grant), against the shared agent token, alternately in the same run:
+from ``--threads`` callers at once, half of them keyed, and from one caller making
+``--pairs`` pairs of calls, the key's and the token's in turn (what a key costs a call by
+itself; under many callers each call's place in the server's queue varies more than that).
 
 Goals (issue 15): remote get_context p95 <= 2x in-process; >= 5,000 appends/s batched
 over HTTP. Issue 27: a key's get_context at most 5% slower at p50 than the shared token's.
@@ -258,6 +261,27 @@ def authorization(sides: Sides, args: argparse.Namespace, sessions: list[str]
     return found
 
 
+def paired(sides: Sides, sessions: list[str], pairs: int) -> dict[str, list[float]]:
+    """One caller, the key's call and the token's in turn (the first of a pair swapped
+    each time), each on a random session with a query never asked before: what the key
+    costs a call by itself, with no queue of other callers' calls to stand in."""
+    rng = random.Random(99)
+    clients = {kind: sides.reader(kind) for kind in ("remote", "key")}
+    found: dict[str, list[float]] = {kind: [] for kind in clients}
+    try:
+        for i in range(pairs):
+            session = rng.choice(sessions)
+            for kind in ("remote", "key") if i % 2 else ("key", "remote"):
+                query = f"{rng.choice(SAMPLE_TEXTS)} (question {next(_queries)})"
+                began = time.perf_counter()
+                clients[kind].get_context(session, query)
+                found[kind].append(time.perf_counter() - began)
+    finally:
+        for client in clients.values():
+            client.close()
+    return found
+
+
 def _kept(into: list[list[float]], work: Callable[[int], list[float]], i: int
           ) -> list[float]:
     """Thread ``i``'s samples, kept apart from the others' (``into[i]``)."""
@@ -281,13 +305,15 @@ def report(figures: dict[str, dict[str, list[float]]], threads: int) -> None:
               f"(remote / in-process x{rates['remote'] / rates['in-process']:.2f})")
     batched = float(np.median(figures["batched"]["remote"]))
     print(f"appends/s batched over HTTP: {batched:,.0f} (goal >= 5,000)")
-    side_by_side = {k: [v * 1000 for v in vs] for k, vs in figures["authorization"].items()}
-    token = (percentile(side_by_side["remote"], 50), percentile(side_by_side["remote"], 95))
-    keyed = (percentile(side_by_side["key"], 50), percentile(side_by_side["key"], 95))
-    print(f"get_context over HTTP, side by side: agent token p50 {token[0]:.2f} ms, p95 "
-          f"{token[1]:.2f} ms; a key of {USERS} users p50 {keyed[0]:.2f} ms, p95 "
-          f"{keyed[1]:.2f} ms; key / agent token: p50 x{keyed[0] / token[0]:.2f}, "
-          f"p95 x{keyed[1] / token[1]:.2f} (goal p50 <= x1.05)")
+    for name, label in (("paired", "one caller, in turn"),
+                        ("authorization", f"{threads} callers, side by side")):
+        ms = {k: [v * 1000 for v in vs] for k, vs in figures[name].items()}
+        token = (percentile(ms["remote"], 50), percentile(ms["remote"], 95))
+        keyed = (percentile(ms["key"], 50), percentile(ms["key"], 95))
+        print(f"get_context over HTTP, {label}: agent token p50 {token[0]:.2f} ms, p95 "
+              f"{token[1]:.2f} ms; a key of {USERS} users p50 {keyed[0]:.2f} ms, p95 "
+              f"{keyed[1]:.2f} ms; key / agent token: p50 x{keyed[0] / token[0]:.2f}, "
+              f"p95 x{keyed[1] / token[1]:.2f} (goal p50 <= x1.05)")
 
 
 def main() -> None:
@@ -298,6 +324,8 @@ def main() -> None:
     parser.add_argument("--contexts", type=int, default=25, help="get_context calls a caller")
     parser.add_argument("--appends", type=int, default=150, help="appends a caller")
     parser.add_argument("--batches", type=int, default=12, help="batches of 100 a caller")
+    parser.add_argument("--pairs", type=int, default=300,
+                        help="key and token calls in turn, from one caller")
     args = parser.parse_args()
     sessions = [f"agent-{i}" for i in range(args.sessions)]
     with private_redis() as url, scratch_dir() as tmp:
@@ -324,6 +352,7 @@ def run(url: str, tmp: Path, sessions: list[str], args: argparse.Namespace) -> N
             contexts(sides.reader(side), sessions[:4], 3, seed=0)
         figures = measure(sides, args, sessions)
         figures["authorization"] = authorization(sides, args, sessions)
+        figures["paired"] = paired(sides, sessions, args.pairs)
         report(figures, args.threads)
         sides.shared.close()
 

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.model]
 def test_the_serve_bench_prints_both_sides_and_their_ratios() -> None:
     done = subprocess.run(
         [sys.executable, "bench/serve.py", "--sessions", "6", "--turns", "6", "--threads", "2",
-         "--contexts", "3", "--appends", "5", "--batches", "1"],
+         "--contexts", "3", "--appends", "5", "--batches", "1", "--pairs", "3"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "database: 6 sessions x 6 turns (36 messages" in done.stdout
@@ -26,9 +26,10 @@ def test_the_serve_bench_prints_both_sides_and_their_ratios() -> None:
         assert 0 < float(found.group(1)) <= float(found.group(2))
     assert re.search(r"remote / in-process: p50 x[\d.]+, p95 x[\d.]+ \(goal p95 <= x2\)",
                      done.stdout), done.stdout
-    assert re.search(r"side by side: agent token p50 [\d.]+ ms, p95 [\d.]+ ms; a key of 20 "
-                     r"users p50 [\d.]+ ms, p95 [\d.]+ ms; key / agent token: p50 x[\d.]+, "
-                     r"p95 x[\d.]+", done.stdout), done.stdout
+    for label in ("one caller, in turn", "2 callers, side by side"):
+        assert re.search(rf"{label}: agent token p50 [\d.]+ ms, p95 [\d.]+ ms; a key of 20 "
+                         r"users p50 [\d.]+ ms, p95 [\d.]+ ms; key / agent token: p50 "
+                         r"x[\d.]+, p95 x[\d.]+", done.stdout), done.stdout
     for label in ("append, one turn a call", "append_many, 100 turns a call"):
         rates = re.search(rf"{label}, 2 callers: in-process ([\d,]+)/s, remote ([\d,]+)/s",
                           done.stdout)
