@@ -93,28 +93,30 @@ class KeyRing:
         self.ttl_s = ttl_s
         self._cached: OrderedDict[str, tuple[float, tuple[ApiKey, str] | None]] = OrderedDict()
         self._granted: OrderedDict[str, tuple[float, Grant]] = OrderedDict()
-        """Per secret's digest, its grant and when it was found: only keys' real secrets."""
+        """Per secret presented, its grant and when it was found: only keys' real secrets,
+        in memory only (as the shared tokens are), so a hit costs no digest."""
         self._lock = threading.Lock()
 
     def grant_of(self, presented: str) -> Grant | None:
         """The grant of a live key whose secret this is, or None. A grant found is kept
         as long as the key's row: one request asks for it several times (the guard's
         checks, its route), and a revocation is seen as soon as before."""
+        now = time.monotonic()
+        with self._lock:
+            kept = self._granted.get(presented)
+        if kept is not None and now - kept[0] < self.ttl_s:
+            return kept[1]
         match = TOKEN.fullmatch(presented)
         if match is None:
             return None
-        hashed, now = digest(presented), time.monotonic()
-        with self._lock:
-            kept = self._granted.get(hashed)
-        if kept is not None and now - kept[0] < self.ttl_s:
-            return kept[1]
         found = self._key(match.group(1))
-        if found is None or not hmac.compare_digest(hashed, found[1]) or not _live(found[0]):
+        if found is None or not hmac.compare_digest(digest(presented), found[1]) \
+                or not _live(found[0]):
             return None
         grant = grant_of(found[0])
         with self._lock:
-            self._granted[hashed] = (now, grant)
-            self._granted.move_to_end(hashed)
+            self._granted[presented] = (now, grant)
+            self._granted.move_to_end(presented)
             while len(self._granted) > MAX_CACHED_KEYS:
                 self._granted.popitem(last=False)
         return grant
