@@ -225,6 +225,8 @@ class Budgets:
                 held.units += here
             raise
         with self._lock:
+            # Put back if the idle-place thread forgot it meanwhile (it held nothing then).
+            held = self._held.setdefault(grant.key_id, held)
             now = time.monotonic()
             if ahead:
                 held.units, held.lapse_at = held.units + ahead, now + BURST_S

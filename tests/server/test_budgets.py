@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -349,3 +350,41 @@ def test_the_first_unit_paid_at_the_door_leaves_the_keys_smallest_call_as_it_was
     with budgets.entering(key):  # the door's unit fits, the call's size is still 9
         pass
     assert budgets.spent(key)
+
+
+def test_places_kept_and_given_back_from_many_threads_add_up_in_redis(
+    redis_url: str
+) -> None:
+    """Calls on many threads while the idle places go back as fast as they can: every
+    place taken in Redis comes back, none twice, and no call fails on the way."""
+    connection = redis.Redis.from_url(redis_url)
+    budgets = Budgets(connection, redis_url, units_per_s=10**6, concurrent=1000)
+    keys = [grant(key_id=secrets.token_hex(8)) for _ in range(3)]
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def calls(i: int) -> None:
+        try:
+            for n in range(300):
+                key = keys[(i + n) % len(keys)]
+                with budgets.holding(key) if n % 7 == 0 else budgets.entering(key):
+                    pass
+        except BaseException as exc:  # any failure fails the test
+            failed.append(exc)
+
+    def returning() -> None:
+        while not done.is_set():
+            budgets.give_back_idle(older_than=0.0)
+
+    returner = threading.Thread(target=returning)
+    returner.start()
+    callers = [threading.Thread(target=calls, args=(i,)) for i in range(6)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join()
+    done.set()
+    returner.join()
+    budgets.give_back_idle(older_than=0.0)
+    assert failed == []
+    assert [connection.get(f"memq:running:{k.key_id}") for k in keys] == [b"0"] * 3
