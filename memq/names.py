@@ -102,7 +102,12 @@ def key_count(sender: str, count: str) -> str:
     by key, whoever sent it through whichever token of the key (store/write/relay.py takes
     the key the same way, in Lua)."""
     parts = sender.split(":", 2)
-    return f"{KEY_COUNT_PREFIX}{parts[1] if len(parts) > 1 else parts[0]}:{count}"
+    return key_counter(parts[1] if len(parts) > 1 else parts[0], count)
+
+
+def key_counter(key_id: str, count: str) -> str:
+    """A key's ``pushed``, ``relayed`` or ``committed`` count (:data:`KEY_COUNT_PREFIX`)."""
+    return f"{KEY_COUNT_PREFIX}{key_id}:{count}"
 
 
 REJECTIONS_PREFIX = "memq:rejections:"

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from memq import broker
+from memq import broker, names
 from memq.errors import MemqError, RateLimited
 from memq.server.principals import Grant
 
@@ -62,6 +62,11 @@ costs more than that is never let in. Units a server took ahead lapse after as l
 LEASE_PART = 20
 """Asking Redis for units, a server takes this part of a second's budget more, for the
 key's next calls here: at most a twentieth of its budget a second lapses unspent."""
+MAX_WAITING = 256
+"""Events of one key in the keys' queue (sent, not yet relayed to the writer), at most,
+before its next write is refused: eight times what the relay lets into the writer's
+stream at once (``store/write/relay.py``), so a key faster than the writer keeps it busy
+without filling the queue, whose first 512 items alone the relay takes in turn from."""
 LINGER_S = 1.0
 """How long a running place a call gave back stays its server's, for the key's next call
 there, before it goes back to Redis."""
@@ -160,14 +165,18 @@ class Budgets:
 
     @contextmanager
     def spend(self, grant: Grant | None, units: int, *, held: bool = False,
-              paid: int = 0) -> Iterator[None]:
+              paid: int = 0, events: int = 0) -> Iterator[None]:
         """Hold a running place and ``units`` of the key's budget for one call; ``held``:
         the call holds its place already (``holding``), spend the units alone; ``paid``:
         of them, those paid already by whoever holds its place (:meth:`entering`): only
-        the rest is spent, and nothing asked of Redis if none is left."""
+        the rest is spent, and nothing asked of Redis if none is left. ``events``: what
+        a write sends, refused before anything is spent while the key's events already
+        waiting for the writer leave no room for them (:data:`MAX_WAITING`)."""
         if grant is None:
             yield
             return
+        if events:
+            self._room_in_queue(grant, events)
         limit = self._limit(grant)
         if units > limit * BURST_S:
             self._saw(grant, units, None)  # its calls like this one: refused at the door
@@ -274,6 +283,20 @@ class Budgets:
             if not linger:
                 with broker.translated(self.redis_url, "giving back a key's place"):
                     self.redis.decr(_running(grant.key_id))
+
+    def _room_in_queue(self, grant: Grant, events: int) -> None:
+        """``RateLimited`` if the key's events in the keys' queue, with ``events`` more,
+        would be over :data:`MAX_WAITING`. Unbounded, a key sending faster than the
+        writer commits (a budget above what the writer takes) made the queue grow without
+        end, and another key's turn, beyond the part the relay takes in turn from, waited
+        behind all of it: not committed in 30 s (bench/fairness.py)."""
+        with broker.translated(self.redis_url, "reading a key's waiting events"):
+            pushed, relayed = self.redis.mget(names.key_counter(grant.key_id, "pushed"),
+                                              names.key_counter(grant.key_id, "relayed"))
+        waiting = int(pushed or 0) - int(relayed or 0)
+        if waiting > 0 and waiting + events > MAX_WAITING:
+            raise RateLimited(f"this key has {waiting} events queued for the writer, and "
+                              f"may have {MAX_WAITING}: retry once they are taken in")
 
     def give_back_idle(self, older_than: float | None = None) -> bool:
         """Give back to Redis the running places idle here for ``older_than`` seconds

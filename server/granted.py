@@ -78,7 +78,9 @@ class GrantedClient:
         """The key's place and units for one call (``RateLimited`` when it has none)."""
         if self.budgets is None:
             return nullcontext()
-        return self.budgets.spend(grant, cost(op.name, given, writes=op.kind is Kind.WRITE))
+        writes = op.kind is Kind.WRITE
+        units = cost(op.name, given, writes=writes)
+        return self.budgets.spend(grant, units, events=units if writes else 0)
 
     def _client(self, grant: Grant | None) -> tuple[MemoryClient, set[str]]:
         if grant is None:

@@ -14,10 +14,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memq import RemoteMemoryClient
+from memq import RemoteMemoryClient, names
 from memq.authority import Role
 from memq.errors import RateLimited
-from memq.server.budgets import BURST_S, RUNNING_TTL_S, Budgets, cost
+from memq.server.budgets import BURST_S, MAX_WAITING, RUNNING_TTL_S, Budgets, cost
 from memq.server.principals import Grant
 from tests.producers.serving import Served
 from tests.scheduled import eventually
@@ -388,3 +388,32 @@ def test_places_kept_and_given_back_from_many_threads_add_up_in_redis(
     budgets.give_back_idle(older_than=0.0)
     assert failed == []
     assert [connection.get(f"memq:running:{k.key_id}") for k in keys] == [b"0"] * 3
+
+
+@pytest.mark.parametrize(("queued", "events", "refused"), [
+    (0, MAX_WAITING * 4, False),  # an empty queue takes any call the budget lets in
+    (MAX_WAITING - 10, 10, False),
+    (MAX_WAITING - 10, 11, True),
+    (MAX_WAITING + 5, 1, True),
+])
+def test_a_write_is_refused_while_its_keys_queue_is_full(
+    redis_url: str, queued: int, events: int, refused: bool
+) -> None:
+    """A key sending faster than the writer commits filled the keys' queue without end,
+    and another key's turn, beyond the items the relay takes in turn from, was not
+    committed in 30 s (bench/fairness.py, a key without a budget)."""
+    connection = redis.Redis.from_url(redis_url)
+    budgets = Budgets(connection, redis_url, units_per_s=10**6, concurrent=16)
+    key = grant(key_id=secrets.token_hex(8))
+    connection.set(names.key_counter(key.key_id, "pushed"), 1000 + queued)
+    connection.set(names.key_counter(key.key_id, "relayed"), 1000)
+    if refused:
+        with pytest.raises(RateLimited, match=rf"{queued} events queued for the writer"), \
+                budgets.spend(key, events, events=events):
+            pass
+        assert connection.get(f"memq:budget:{key.key_id}") is None  # nothing spent
+    else:
+        with budgets.spend(key, events, events=events):
+            pass
+    with budgets.spend(key, 1):  # a read is never held back by the queue
+        pass
