@@ -50,6 +50,9 @@ class LimitsConfig:
     a write 1 per event it sends (a batch of 100 turns, 100). A key may set its own."""
     key_concurrent: int = 16
     """Calls one API key may have running at once, on every server together."""
+    key_queued: int = 256
+    """Events of one API key waiting in the keys' queue for the writer, at most: past it
+    the key's writes are refused (429) until the writer has taken some in."""
 
     def __post_init__(self) -> None:
         _at_least("limits", "max_content_bytes", self.max_content_bytes, 1)
@@ -57,6 +60,7 @@ class LimitsConfig:
         _between("limits", "max_session_id_chars", self.max_session_id_chars, 1, 10_000)
         _between("limits", "key_units_per_s", self.key_units_per_s, 1, 10**9)
         _between("limits", "key_concurrent", self.key_concurrent, 1, 100_000)
+        _between("limits", "key_queued", self.key_queued, 1, 10**6)
 
 
 @dataclass(frozen=True)

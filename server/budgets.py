@@ -64,9 +64,11 @@ LEASE_PART = 20
 key's next calls here: at most a twentieth of its budget a second lapses unspent."""
 MAX_WAITING = 256
 """Events of one key in the keys' queue (sent, not yet relayed to the writer), at most,
-before its next write is refused: eight times what the relay lets into the writer's
-stream at once (``store/write/relay.py``), so a key faster than the writer keeps it busy
-without filling the queue, whose first 512 items alone the relay takes in turn from."""
+before its next write is refused (``[limits] key_queued``): eight times what the relay
+lets into the writer's stream at once (``store/write/relay.py``), so a key faster than
+the writer keeps it busy without filling the queue, whose first 512 items alone the
+relay takes in turn from. While the writer is away, a key queues this many events and
+its next writes are refused until it is back: a key cannot fill Redis' memory either."""
 LINGER_S = 1.0
 """How long a running place a call gave back stays its server's, for the key's next call
 there, before it goes back to Redis."""
@@ -142,11 +144,12 @@ class _Held:
 
 class Budgets:
     def __init__(self, connection: redis.Redis, redis_url: str, *, units_per_s: int,
-                 concurrent: int) -> None:
+                 concurrent: int, queued: int = MAX_WAITING) -> None:
         self.redis = connection
         self.redis_url = redis_url
         self.units_per_s = units_per_s
         self.concurrent = concurrent
+        self.queued = queued
         self._script = connection.register_script(_SPEND)
         self._seen: dict[str, _Seen] = {}
         """Per key, what its last call here learned of the budget of every server: the
@@ -161,7 +164,7 @@ class Budgets:
         other role may write the counters."""
         limits = person.config.limits
         return cls(person.redis, person.config.redis_url, units_per_s=limits.key_units_per_s,
-                   concurrent=limits.key_concurrent)
+                   concurrent=limits.key_concurrent, queued=limits.key_queued)
 
     @contextmanager
     def spend(self, grant: Grant | None, units: int, *, held: bool = False,
@@ -171,7 +174,7 @@ class Budgets:
         of them, those paid already by whoever holds its place (:meth:`entering`): only
         the rest is spent, and nothing asked of Redis if none is left. ``events``: what
         a write sends, refused before anything is spent while the key's events already
-        waiting for the writer leave no room for them (:data:`MAX_WAITING`)."""
+        waiting for the writer leave no room for them (``queued``)."""
         if grant is None:
             yield
             return
@@ -286,7 +289,7 @@ class Budgets:
 
     def _room_in_queue(self, grant: Grant, events: int) -> None:
         """``RateLimited`` if the key's events in the keys' queue, with ``events`` more,
-        would be over :data:`MAX_WAITING`. Unbounded, a key sending faster than the
+        would be over ``queued`` (:data:`MAX_WAITING`). Unbounded, a key sending faster than the
         writer commits (a budget above what the writer takes) made the queue grow without
         end, and another key's turn, beyond the part the relay takes in turn from, waited
         behind all of it: not committed in 30 s (bench/fairness.py)."""
@@ -294,9 +297,9 @@ class Budgets:
             pushed, relayed = self.redis.mget(names.key_counter(grant.key_id, "pushed"),
                                               names.key_counter(grant.key_id, "relayed"))
         waiting = int(pushed or 0) - int(relayed or 0)
-        if waiting > 0 and waiting + events > MAX_WAITING:
+        if waiting > 0 and waiting + events > self.queued:
             raise RateLimited(f"this key has {waiting} events queued for the writer, and "
-                              f"may have {MAX_WAITING}: retry once they are taken in")
+                              f"may have {self.queued}: retry once they are taken in")
 
     def give_back_idle(self, older_than: float | None = None) -> bool:
         """Give back to Redis the running places idle here for ``older_than`` seconds

@@ -88,6 +88,7 @@ def test_bad_files_name_the_problem(tmp_path: Path, text: str, message: str) -> 
 BOUNDED = [("writer", "batch_size", 1, 100_000), ("writer", "block_ms", 1, 60_000),
            ("limits", "max_session_id_chars", 1, 10_000),
            ("limits", "key_concurrent", 1, 100_000),
+           ("limits", "key_queued", 1, 1_000_000),
            ("memory", "working_memory_cap", 1, 1_000_000),
            ("ops", "dashboard_port", 0, 65_535), ("ops", "metrics_port", 0, 65_535)]
 """Settings a file once could set to anything: a batch of -5 crashed the writer, a port

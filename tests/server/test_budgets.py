@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import socket
 import threading
@@ -14,8 +15,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memq import RemoteMemoryClient, names
+from memq import MemoryClient, RemoteMemoryClient, names
 from memq.authority import Role
+from memq.config import Config
 from memq.errors import RateLimited
 from memq.server.budgets import BURST_S, MAX_WAITING, RUNNING_TTL_S, Budgets, cost
 from memq.server.principals import Grant
@@ -417,3 +419,15 @@ def test_a_write_is_refused_while_its_keys_queue_is_full(
             pass
     with budgets.spend(key, 1):  # a read is never held back by the queue
         pass
+
+
+def test_the_bound_on_a_keys_queue_is_the_configured_one(config: Config) -> None:
+    limits = dataclasses.replace(config.limits, key_queued=3)
+    with MemoryClient(config=config.replace(limits=limits)) as person:
+        budgets = Budgets.configured(person)
+        key = grant(key_id=secrets.token_hex(8))
+        person.redis.set(names.key_counter(key.key_id, "pushed"), 2)
+        with budgets.spend(key, 1, events=1):
+            pass
+        with pytest.raises(RateLimited, match="may have 3"), budgets.spend(key, 2, events=2):
+            pass
