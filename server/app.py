@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -19,6 +19,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from memq.authority import Role
@@ -32,6 +33,7 @@ from memq.errors import (
 )
 from memq.problems import MEDIA_TYPE, problem
 from memq.producers.client import MemoryClient
+from memq.producers.operations import OPERATIONS, Kind
 from memq.server import console, feed
 from memq.server.budgets import Budgets
 from memq.server.console.logins import Logins
@@ -81,12 +83,20 @@ def create_app(
     api.add_exception_handler(RequestValidationError, _invalid_request)
     api.add_exception_handler(HTTPException, _http_error)
     api.add_exception_handler(Exception, _server_fault)
-    def spent(token: str) -> bool:
+    writes = _writes()
+
+    def spent(token: str, path: str) -> str | None:
         try:
             found = principals.principal(token)
-            return found is not None and budgets.spent(found.grant)
         except MemqError:  # Redis away: the call itself meets it, and answers 503
-            return False
+            return None
+        if found is None or found.grant is None:
+            return None
+        if budgets.spent(found.grant):
+            return "this key's budget has no room for its calls now; retry in a moment"
+        if budgets.queue_full(found.grant) and writes(path):
+            return "this key's events fill its queue for the writer; retry in a moment"
+        return None
 
     def paying(token: str) -> AbstractContextManager[None]:
         found = principals.principal(token)
@@ -95,6 +105,14 @@ def create_app(
     return Guard(api, allowed_hosts, max_body_bytes, tokens=principals, spent=spent,
                  door=console.door(logins) if served_console else None,
                  holder=principals.holder_of, paying=paying)
+
+
+def _writes() -> Callable[[str], bool]:
+    """Whether a path is a write's (an operation of kind WRITE), for the guard's early
+    refusal of a key whose queue is full: asked only then."""
+    patterns = [route.path_regex for route in router.routes if isinstance(route, APIRoute)
+                and route.name in OPERATIONS and OPERATIONS[route.name].kind is Kind.WRITE]
+    return lambda path: any(pattern.match(path) for pattern in patterns)
 
 
 def on_console(request: Request) -> bool:

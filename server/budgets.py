@@ -69,6 +69,9 @@ lets into the writer's stream at once (``store/write/relay.py``), so a key faste
 the writer keeps it busy without filling the queue, whose first 512 items alone the
 relay takes in turn from. While the writer is away, a key queues this many events and
 its next writes are refused until it is back: a key cannot fill Redis' memory either."""
+QUEUE_PAUSE_S = 0.05
+"""After a key's write was refused for its full queue, how long its next writes here are
+refused from their headers: a few of the writer's commits, in which its queue drains."""
 LINGER_S = 1.0
 """How long a running place a call gave back stays its server's, for the key's next call
 there, before it goes back to Redis."""
@@ -155,6 +158,8 @@ class Budgets:
         """Per key, what its last call here learned of the budget of every server: the
         guard's early refusal needs no read of its own on every call."""
         self._held: dict[str, _Held] = {}
+        self._queue_refused: dict[str, float] = {}
+        """Per key, when (``time.monotonic``) its last write was refused here for its queue."""
         self._lock = threading.Lock()
         self._returner: threading.Thread | None = None
 
@@ -298,8 +303,19 @@ class Budgets:
                                               names.key_counter(grant.key_id, "relayed"))
         waiting = int(pushed or 0) - int(relayed or 0)
         if waiting > 0 and waiting + events > self.queued:
+            if len(self._queue_refused) > MAX_KEYS_SEEN:
+                self._queue_refused.clear()
+            self._queue_refused[grant.key_id] = time.monotonic()
             raise RateLimited(f"this key has {waiting} events queued for the writer, and "
                               f"may have {self.queued}: retry once they are taken in")
+
+    def queue_full(self, grant: Grant | None) -> bool:
+        """Whether a write of ``grant``'s key was refused here for its full queue in the
+        last :data:`QUEUE_PAUSE_S`: its next writes are refused from their headers, not
+        after their bodies are read and parsed (a bulk writer sending again at once made
+        the server parse 100-turn bodies for nothing, and the writer lost the CPU)."""
+        refused_at = None if grant is None else self._queue_refused.get(grant.key_id)
+        return refused_at is not None and time.monotonic() - refused_at < QUEUE_PAUSE_S
 
     def give_back_idle(self, older_than: float | None = None) -> bool:
         """Give back to Redis the running places idle here for ``older_than`` seconds

@@ -76,6 +76,10 @@ class RoleOf(Protocol):
     def role_of(self, presented: str) -> Role | None: ...
 
 
+Spent = Callable[[str, str], "str | None"]
+"""(token, path) -> why the call has no room now (its key's budget, or a write's queue), or
+None: refused with 429 before its body is read."""
+
 Paying = Callable[[str], AbstractContextManager[object]]
 """token -> held from before its body is read until its call is answered: the call's first
 unit of its key's budget and one of its key's running calls (``Budgets.entering``);
@@ -118,7 +122,7 @@ class Guard:
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str], max_body_bytes: int, *,
                  tokens: RoleOf | None = None, max_bodies: int = MAX_BODIES,
                  body_timeout_s: float = BODY_TIMEOUT_S,
-                 spent: Callable[[str], bool] | None = None, door: Door | None = None,
+                 spent: Spent | None = None, door: Door | None = None,
                  max_bodies_each: int = MAX_BODIES_EACH,
                  holder: Callable[[str], str | None] | None = None,
                  paying: Paying | None = None) -> None:
@@ -129,8 +133,8 @@ class Guard:
         self.max_body_bytes = max_body_bytes
         self.tokens = tokens
         self.spent = spent
-        """Whether a token's budget has no room for its calls now: refused before its body is
-        read, so a flood past its budget costs the server a header's worth of work."""
+        """Why a token's call has no room now (its budget, its queue), or None: refused
+        before its body is read, so a flood past its bounds costs a header's worth of work."""
         self.door = door
         """How a request without a bearer token may send its body (the console's forms,
         ``Gate``), or None: it may not."""
@@ -177,9 +181,10 @@ class Guard:
         needs_token = scope.get("method") not in BODILESS or _declares_body(headers)
         if needs_token and self.tokens is not None and not self._token_ok(headers):
             return self._through_door(scope, headers)
-        if needs_token and self.spent is not None and self.spent(_token(headers)):
-            return 429, "RateLimited", ("this key's budget has no room for its calls now; "
-                                        "retry in a moment")
+        why = self.spent(_token(headers), scope.get("path", "")) \
+            if needs_token and self.spent is not None else None
+        if why is not None:
+            return 429, "RateLimited", why
         return self._oversized(headers, self.max_body_bytes)
 
     def _through_door(self, scope: Scope, headers: dict[str, str]

@@ -86,7 +86,7 @@ def test_no_body_is_read_before_the_token_is_checked(tmp_path: Path) -> None:
 
 def test_a_spent_budget_is_refused_before_the_body_is_read(tmp_path: Path) -> None:
     BODIES_READ.clear()
-    with guarded(tmp_path, spent=lambda token: True) as (port, token):
+    with guarded(tmp_path, spent=lambda token, path: "no room") as (port, token):
         connection = request(port, post(token, 15_000_000), b"{")
         reply = connection.recv(4096)  # answered with the body still unsent
         connection.close()
