@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from memq import narrowing, tenants
 from memq.authority import Role
@@ -31,6 +32,8 @@ from memq.tokens import Tokens
 
 KEY_TTL_S = 0.5
 MAX_CACHED_KEYS = 10_000
+
+V = TypeVar("V")
 
 Lookup = Callable[[str], tuple[ApiKey, str] | None]
 """key id -> the key and its secret's digest, or None."""
@@ -85,27 +88,47 @@ class Principal:
         return f"key-{self.grant.key_id}-{shape}"
 
 
+class _Kept(Generic[V]):
+    """Values by name, each kept ``ttl_s`` seconds; past :data:`MAX_CACHED_KEYS` the least
+    recently used go."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._items: OrderedDict[str, tuple[float, V]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, name: str, now: float) -> tuple[V] | None:
+        """``(value,)`` if kept and fresh at ``now``, else None."""
+        with self._lock:
+            kept = self._items.get(name)
+        return (kept[1],) if kept is not None and now - kept[0] < self.ttl_s else None
+
+    def put(self, name: str, value: V, now: float) -> None:
+        with self._lock:
+            self._items[name] = (now, value)
+            self._items.move_to_end(name)
+            while len(self._items) > MAX_CACHED_KEYS:
+                self._items.popitem(last=False)
+
+
 class KeyRing:
     """The keys, each read again once it is :data:`KEY_TTL_S` old."""
 
     def __init__(self, lookup: Lookup, ttl_s: float = KEY_TTL_S) -> None:
         self._lookup = lookup
         self.ttl_s = ttl_s
-        self._cached: OrderedDict[str, tuple[float, tuple[ApiKey, str] | None]] = OrderedDict()
-        self._granted: OrderedDict[str, tuple[float, Grant]] = OrderedDict()
-        """Per secret presented, its grant and when it was found: only keys' real secrets,
-        in memory only (as the shared tokens are), so a hit costs no digest."""
-        self._lock = threading.Lock()
+        self._rows: _Kept[tuple[ApiKey, str] | None] = _Kept(ttl_s)
+        self._granted: _Kept[Grant] = _Kept(ttl_s)
+        """Per secret presented, its grant: only keys' real secrets, in memory only (as
+        the shared tokens are), so a hit costs no digest."""
 
     def grant_of(self, presented: str) -> Grant | None:
         """The grant of a live key whose secret this is, or None. A grant found is kept
         as long as the key's row: one request asks for it several times (the guard's
         checks, its route), and a revocation is seen as soon as before."""
         now = time.monotonic()
-        with self._lock:
-            kept = self._granted.get(presented)
-        if kept is not None and now - kept[0] < self.ttl_s:
-            return kept[1]
+        if (kept := self._granted.get(presented, now)) is not None:
+            return kept[0]
         match = TOKEN.fullmatch(presented)
         if match is None:
             return None
@@ -114,11 +137,7 @@ class KeyRing:
                 or not _live(found[0]):
             return None
         grant = grant_of(found[0])
-        with self._lock:
-            self._granted[presented] = (now, grant)
-            self._granted.move_to_end(presented)
-            while len(self._granted) > MAX_CACHED_KEYS:
-                self._granted.popitem(last=False)
+        self._granted.put(presented, grant, now)
         return grant
 
     def live(self, key_id: str) -> ApiKey | None:
@@ -128,16 +147,10 @@ class KeyRing:
 
     def _key(self, key_id: str) -> tuple[ApiKey, str] | None:
         now = time.monotonic()
-        with self._lock:
-            cached = self._cached.get(key_id)
-            if cached is not None and now - cached[0] < self.ttl_s:
-                return cached[1]
+        if (kept := self._rows.get(key_id, now)) is not None:
+            return kept[0]
         found = self._lookup(key_id)
-        with self._lock:
-            self._cached[key_id] = (now, found)
-            self._cached.move_to_end(key_id)
-            while len(self._cached) > MAX_CACHED_KEYS:
-                self._cached.popitem(last=False)
+        self._rows.put(key_id, found, now)
         return found
 
 
