@@ -35,6 +35,7 @@ only, for :data:`LINGER_S`, a place idle on one server is not free on another.
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import time
@@ -162,6 +163,7 @@ class Budgets:
         """Per key, when (``time.monotonic``) its last write was refused here for its queue."""
         self._lock = threading.Lock()
         self._returner: threading.Thread | None = None
+        _LIVE.add(self)
 
     @classmethod
     def configured(cls, person: MemoryClient) -> Budgets:
@@ -341,6 +343,14 @@ class Budgets:
         self._tell_redis(idle, renew)
         return holding
 
+    def give_back_all(self) -> None:
+        """Give back every place this server holds, in use or not: its process is ending,
+        and no call of it will give its place back."""
+        with self._lock:
+            for held in self._held.values():
+                held.busy = 0
+        self.give_back_idle(older_than=0.0)
+
     def _tell_redis(self, idle: dict[str, int], renew: list[str]) -> None:
         """Redis away: the places lapse with their count's lifetime."""
         with suppress(MemqError), broker.translated(self.redis_url, "giving back places"):
@@ -408,6 +418,20 @@ def _budget(key_id: str) -> str:
 
 def _running(key_id: str) -> str:
     return f"memq:running:{key_id}"
+
+
+_LIVE: weakref.WeakSet[Budgets] = weakref.WeakSet()
+
+
+@atexit.register
+def _give_back_all() -> None:
+    """At a process's end (memq serve stopped, restarted), the places its servers kept for
+    their keys' next calls go back to Redis: left, each would stay counted until its
+    count's lifetime ran out (:data:`RUNNING_TTL_S`), and a key of one call at once would
+    be refused on every server for minutes. (A process killed outright leaves them so.)"""
+    for budgets in list(_LIVE):
+        with suppress(Exception):  # the process ends all the same
+            budgets.give_back_all()
 
 
 def _returning(budgets: weakref.ref[Budgets]) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import socket
+import subprocess
+import sys
 import threading
 import time
 from urllib.parse import urlsplit
@@ -21,6 +23,7 @@ from memq.config import Config
 from memq.errors import RateLimited
 from memq.server.budgets import BURST_S, MAX_WAITING, RUNNING_TTL_S, Budgets, cost
 from memq.server.principals import Grant
+from tests.conftest import ROOT
 from tests.producers.serving import Served
 from tests.scheduled import eventually
 from tests.server.conftest import key_for
@@ -463,3 +466,29 @@ def test_after_a_write_refused_for_its_queue_the_keys_next_writes_are_refused_un
     read = httpx.post(f"{served.url}/v1/context", headers=headers,
                       json={"session_id": "a", "query": "x"})
     assert read.status_code != 429, read.text  # its reads are never held back
+
+
+_ENDING = """
+import sys, redis
+from memq.server.budgets import Budgets
+from memq.server.principals import Grant
+url = sys.argv[1]
+budgets = Budgets(redis.Redis.from_url(url), url, units_per_s=500, concurrent=4)
+key = Grant(sys.argv[2], frozenset({"alice"}), None, frozenset({"read"}))
+with budgets.entering(key):
+    pass  # its place kept for the key's next call here
+running = budgets.entering(key)
+running.__enter__()  # a call still running when the process ends
+print(redis.Redis.from_url(url).get("memq:running:" + sys.argv[2]).decode())
+"""
+
+
+def test_a_process_ending_gives_back_every_place_its_servers_kept(redis_url: str) -> None:
+    """A kept place would otherwise stay counted for RUNNING_TTL_S after memq serve
+    stopped: a key of one call at once refused on every server for five minutes."""
+    key_id = secrets.token_hex(8)
+    done = subprocess.run([sys.executable, "-c", _ENDING, redis_url, key_id], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"  # held while the process ran
+    assert redis.Redis.from_url(redis_url).get(f"memq:running:{key_id}") == b"0"
