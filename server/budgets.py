@@ -175,18 +175,18 @@ class Budgets:
 
     @contextmanager
     def spend(self, grant: Grant | None, units: int, *, held: bool = False,
-              paid: int = 0, events: int = 0) -> Iterator[None]:
+              paid: int = 0, writes: bool = False) -> Iterator[None]:
         """Hold a running place and ``units`` of the key's budget for one call; ``held``:
         the call holds its place already (``holding``), spend the units alone; ``paid``:
         of them, those paid already by whoever holds its place (:meth:`entering`): only
-        the rest is spent, and nothing asked of Redis if none is left. ``events``: what
-        a write sends, refused before anything is spent while the key's events already
-        waiting for the writer leave no room for them (``queued``)."""
+        the rest is spent, and nothing asked of Redis if none is left. ``writes``: the
+        call sends ``units`` events, refused before anything is spent while the key's
+        events already waiting for the writer leave no room for them (``queued``)."""
         if grant is None:
             yield
             return
-        if events:
-            self._room_in_queue(grant, events)
+        if writes:
+            self._room_in_queue(grant, units)
         limit = self._limit(grant)
         if units > limit * BURST_S:
             self._saw(grant, units, None)  # its calls like this one: refused at the door

@@ -79,8 +79,7 @@ class GrantedClient:
         if self.budgets is None:
             return nullcontext()
         writes = op.kind is Kind.WRITE
-        units = cost(op.name, given, writes=writes)
-        return self.budgets.spend(grant, units, events=units if writes else 0)
+        return self.budgets.spend(grant, cost(op.name, given, writes=writes), writes=writes)
 
     def _client(self, grant: Grant | None) -> tuple[MemoryClient, set[str]]:
         if grant is None:

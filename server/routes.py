@@ -134,8 +134,8 @@ def endpoint(op: Operation, parameters: list[inspect.Parameter]) -> Callable[...
         units = cost(op.name, given, writes=op.kind is Kind.WRITE)
         # Spent before the grant is checked: a refused call costs its caller too, or
         # probing for what lies outside the grant would be free.
-        events = units if op.kind is Kind.WRITE else 0
-        spending = remote.budgets.spend(remote.grant, units, paid=paid, events=events) \
+        spending = remote.budgets.spend(remote.grant, units, paid=paid,
+                                        writes=op.kind is Kind.WRITE) \
             if remote.budgets else nullcontext()
         with spending:
             stored = grants.admit(remote.grant, op, given, remote.client, remote.claimed)

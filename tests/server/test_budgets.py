@@ -414,11 +414,11 @@ def test_a_write_is_refused_while_its_keys_queue_is_full(
     connection.set(names.key_counter(key.key_id, "relayed"), 1000)
     if refused:
         with pytest.raises(RateLimited, match=rf"{queued} events queued for the writer"), \
-                budgets.spend(key, events, events=events):
+                budgets.spend(key, events, writes=True):
             pass
         assert connection.get(f"memq:budget:{key.key_id}") is None  # nothing spent
     else:
-        with budgets.spend(key, events, events=events):
+        with budgets.spend(key, events, writes=True):
             pass
     with budgets.spend(key, 1):  # a read is never held back by the queue
         pass
@@ -430,9 +430,9 @@ def test_the_bound_on_a_keys_queue_is_the_configured_one(config: Config) -> None
         budgets = Budgets.configured(person)
         key = grant(key_id=secrets.token_hex(8))
         person.redis.set(names.key_counter(key.key_id, "pushed"), 2)
-        with budgets.spend(key, 1, events=1):
+        with budgets.spend(key, 1, writes=True):
             pass
-        with pytest.raises(RateLimited, match="may have 3"), budgets.spend(key, 2, events=2):
+        with pytest.raises(RateLimited, match="may have 3"), budgets.spend(key, 2, writes=True):
             pass
 
 
