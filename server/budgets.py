@@ -353,11 +353,15 @@ class Budgets:
 
     def _tell_redis(self, idle: dict[str, int], renew: list[str]) -> None:
         """Redis away: the places lapse with their count's lifetime."""
+        if not idle and not renew:
+            return
         with suppress(MemqError), broker.translated(self.redis_url, "giving back places"):
+            pipe = self.redis.pipeline(transaction=False)  # one round trip for every key
             for key_id, spare in idle.items():
-                self.redis.decrby(_running(key_id), spare)
+                pipe.decrby(_running(key_id), spare)
             for key_id in renew:
-                self.redis.expire(_running(key_id), RUNNING_TTL_S)
+                pipe.expire(_running(key_id), RUNNING_TTL_S)
+            pipe.execute()
 
     def renew(self, grant: Grant | None) -> None:
         """Keep the key's running count alive: a place held longer than
